@@ -1,0 +1,1 @@
+"""broker layer; see ARCHITECTURE.md."""

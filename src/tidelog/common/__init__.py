@@ -1,0 +1,1 @@
+"""common layer; see ARCHITECTURE.md."""

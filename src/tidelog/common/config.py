@@ -1,0 +1,370 @@
+"""The configuration catalogue: every setting tidelog understands, with Kafka's name.
+
+Each :class:`Setting` has its Kafka key, a type, a default, a one-line doc, an optional validator,
+whether it is a broker or a topic setting, and whether Kafka lets it change at run time (dynamic).
+Topic settings that have a broker-wide default name it in ``broker_synonym`` (``retention.ms`` is
+defaulted by ``log.retention.ms``), which is how DescribeConfigs reports ``config source``.
+
+``docs/configuration.md`` is generated from this module (``python -m tidelog.common.config``), so
+the docs never drift from the code.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from tidelog.common.errors import ConfigError
+
+
+class Type(enum.Enum):
+    """Kafka's ConfigDef types, as DescribeConfigs v3+ reports them."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class Scope(enum.Enum):
+    BROKER = "broker"
+    TOPIC = "topic"
+
+
+Value = bool | str | int | float | list[str] | None
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    type: Type
+    default: Value
+    doc: str
+    scope: Scope
+    dynamic: bool = False
+    validator: Callable[[Value], str | None] | None = None
+    broker_synonym: str | None = None
+    sensitive: bool = False
+
+    def parse(self, raw: object) -> Value:
+        """Turn a raw value (string from a file or the wire, or a Python value) into this type.
+
+        Raises ConfigError naming the key when the value does not parse or fails validation.
+        """
+        try:
+            value = _parse(self.type, raw)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"Invalid value {raw!r} for configuration {self.name}: {exc}") from None
+        if self.validator is not None:
+            problem = self.validator(value)
+            if problem:
+                raise ConfigError(f"Invalid value {raw!r} for configuration {self.name}: {problem}")
+        return value
+
+    def render(self, value: Value) -> str | None:
+        """The string form Kafka shows in DescribeConfigs."""
+        if value is None:
+            return None
+        if self.type is Type.BOOLEAN:
+            return "true" if value else "false"
+        if self.type is Type.LIST:
+            assert isinstance(value, list)
+            return ",".join(value)
+        return str(value)
+
+
+def _parse(kind: Type, raw: object) -> Value:
+    if raw is None:
+        return None
+    if kind is Type.BOOLEAN:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text not in ("true", "false"):
+            raise ValueError("expected true or false")
+        return text == "true"
+    if kind in (Type.INT, Type.SHORT, Type.LONG):
+        if isinstance(raw, bool):
+            raise TypeError("expected a number")
+        value = int(str(raw).strip()) if not isinstance(raw, int) else raw
+        limit = {Type.INT: 2**31, Type.SHORT: 2**15, Type.LONG: 2**63}[kind]
+        if not -limit <= value < limit:
+            raise ValueError("out of range")
+        return value
+    if kind is Type.DOUBLE:
+        return float(str(raw).strip()) if not isinstance(raw, float) else raw
+    if kind is Type.LIST:
+        if isinstance(raw, list):
+            return [str(item) for item in raw]
+        return [item.strip() for item in str(raw).split(",") if item.strip()]
+    return str(raw)
+
+
+# -- validators ---------------------------------------------------------------------------------
+
+
+def at_least(low: float) -> Callable[[Value], str | None]:
+    def check(value: Value) -> str | None:
+        assert isinstance(value, int | float)
+        return None if value >= low else f"must be at least {low}"
+
+    return check
+
+
+def between(low: float, high: float) -> Callable[[Value], str | None]:
+    def check(value: Value) -> str | None:
+        assert isinstance(value, int | float)
+        return None if low <= value <= high else f"must be between {low} and {high}"
+
+    return check
+
+
+def one_of(*choices: str) -> Callable[[Value], str | None]:
+    def check(value: Value) -> str | None:
+        items = value if isinstance(value, list) else [value]
+        bad = [item for item in items if item not in choices]
+        return f"must be one of {', '.join(choices)}" if bad or not items else None
+
+    return check
+
+
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+
+_B, _T = Scope.BROKER, Scope.TOPIC
+_HOUR_MS = 3_600_000
+_DAY_MS = 24 * _HOUR_MS
+
+# Topic settings: (name, type, default, doc, broker synonym, validator). Defaults are Kafka 4's.
+_TOPIC: list[Setting] = [
+    Setting("cleanup.policy", Type.LIST, ["delete"], "delete, compact, or both: what happens to old segments.", _T, True, one_of("delete", "compact"), "log.cleanup.policy"),
+    Setting("compression.type", Type.STRING, "producer", "Final compression of the topic's batches; 'producer' keeps what the producer sent.", _T, True, one_of(*COMPRESSION_TYPES), "compression.type"),
+    Setting("delete.retention.ms", Type.LONG, _DAY_MS, "How long tombstones survive on a compacted topic.", _T, True, at_least(0), "log.cleaner.delete.retention.ms"),
+    Setting("file.delete.delay.ms", Type.LONG, 60_000, "Delay between removing a segment from the log and deleting its files.", _T, True, at_least(0), "log.segment.delete.delay.ms"),
+    Setting("flush.messages", Type.LONG, 2**63 - 1, "fsync after this many messages.", _T, True, at_least(1), "log.flush.interval.messages"),
+    Setting("flush.ms", Type.LONG, 2**63 - 1, "fsync at least this often (ms).", _T, True, at_least(0), "log.flush.interval.ms"),
+    Setting("index.interval.bytes", Type.INT, 4096, "Bytes of log between two offset-index entries.", _T, True, at_least(0), "log.index.interval.bytes"),
+    Setting("max.compaction.lag.ms", Type.LONG, 2**63 - 1, "Longest time a record may stay uncompacted.", _T, True, at_least(1), "log.cleaner.max.compaction.lag.ms"),
+    Setting("max.message.bytes", Type.INT, 1048588, "Largest record batch the topic accepts.", _T, True, at_least(0), "message.max.bytes"),
+    Setting("message.timestamp.type", Type.STRING, "CreateTime", "CreateTime keeps the producer's timestamp; LogAppendTime stamps the broker's.", _T, True, one_of("CreateTime", "LogAppendTime"), "log.message.timestamp.type"),
+    Setting("message.timestamp.before.max.ms", Type.LONG, 2**63 - 1, "How far in the past a CreateTime timestamp may be.", _T, True, at_least(0), "log.message.timestamp.before.max.ms"),
+    Setting("message.timestamp.after.max.ms", Type.LONG, _HOUR_MS, "How far in the future a CreateTime timestamp may be.", _T, True, at_least(0), "log.message.timestamp.after.max.ms"),
+    Setting("min.cleanable.dirty.ratio", Type.DOUBLE, 0.5, "Dirty share of a log above which the cleaner compacts it.", _T, True, between(0, 1), "log.cleaner.min.cleanable.ratio"),
+    Setting("min.compaction.lag.ms", Type.LONG, 0, "Youngest a record may be and still be compacted.", _T, True, at_least(0), "log.cleaner.min.compaction.lag.ms"),
+    Setting("min.insync.replicas", Type.INT, 1, "Replicas that must hold a batch before acks=all succeeds.", _T, True, at_least(1), "min.insync.replicas"),
+    Setting("preallocate", Type.BOOLEAN, False, "Preallocate segment files (accepted, no effect).", _T, True, None, "log.preallocate"),
+    Setting("retention.bytes", Type.LONG, -1, "Largest size of a partition before old segments go (-1: no limit).", _T, True, None, "log.retention.bytes"),
+    Setting("retention.ms", Type.LONG, 7 * _DAY_MS, "Age after which segments go (-1: forever).", _T, True, at_least(-1), "log.retention.ms"),
+    Setting("segment.bytes", Type.INT, 1073741824, "Size of a segment file before a new one is rolled.", _T, True, at_least(14), "log.segment.bytes"),
+    Setting("segment.index.bytes", Type.INT, 10485760, "Size of a segment's offset index.", _T, True, at_least(8), "log.index.size.max.bytes"),
+    Setting("segment.jitter.ms", Type.LONG, 0, "Random jitter subtracted from segment.ms.", _T, True, at_least(0), "log.roll.jitter.ms"),
+    Setting("segment.ms", Type.LONG, 7 * _DAY_MS, "Age of the active segment after which a new one is rolled.", _T, True, at_least(1), "log.roll.ms"),
+    Setting("unclean.leader.election.enable", Type.BOOLEAN, False, "Allow an out-of-sync replica to become leader.", _T, True, None, "unclean.leader.election.enable"),
+]
+
+_BROKER: list[Setting] = [
+    Setting("node.id", Type.INT, 1, "This broker's id.", _B, False, at_least(0)),
+    Setting("broker.rack", Type.STRING, None, "Rack of this broker, for rack-aware placement.", _B),
+    Setting("listeners", Type.LIST, ["PLAINTEXT://127.0.0.1:9092"], "Addresses to listen on, NAME://host:port, comma separated.", _B),
+    Setting("advertised.listeners", Type.LIST, None, "Addresses clients are told to use (defaults to listeners).", _B, True),
+    Setting("listener.security.protocol.map", Type.STRING, "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL", "Listener name to security protocol.", _B),
+    Setting("log.dirs", Type.LIST, ["./data"], "Directories holding partition logs, comma separated.", _B),
+    Setting("log.dir", Type.STRING, None, "A single log directory (used when log.dirs is unset).", _B),
+    Setting("num.partitions", Type.INT, 1, "Partitions of an auto-created topic.", _B, False, at_least(1)),
+    Setting("default.replication.factor", Type.SHORT, 1, "Replication factor of an auto-created topic.", _B, False, at_least(1)),
+    Setting("auto.create.topics.enable", Type.BOOLEAN, True, "Create a topic when a client asks for one that does not exist.", _B),
+    Setting("delete.topic.enable", Type.BOOLEAN, True, "Allow DeleteTopics.", _B),
+    Setting("message.max.bytes", Type.INT, 1048588, "Largest record batch accepted (topic default).", _B, True, at_least(0)),
+    Setting("socket.request.max.bytes", Type.INT, 104857600, "Largest request frame accepted; larger frames close the connection.", _B, False, at_least(1)),
+    Setting("socket.send.buffer.bytes", Type.INT, 102400, "SO_SNDBUF of accepted sockets (-1: OS default).", _B),
+    Setting("socket.receive.buffer.bytes", Type.INT, 102400, "SO_RCVBUF of accepted sockets (-1: OS default).", _B),
+    Setting("connections.max.idle.ms", Type.LONG, 600_000, "Idle connections are closed after this long.", _B),
+    Setting("log.retention.hours", Type.INT, 168, "Retention in hours (used when log.retention.ms and .minutes are unset).", _B, True),
+    Setting("log.retention.minutes", Type.INT, None, "Retention in minutes (used when log.retention.ms is unset).", _B, True),
+    Setting("log.retention.check.interval.ms", Type.LONG, 300_000, "How often retention runs.", _B, False, at_least(1)),
+    Setting("log.roll.hours", Type.INT, 168, "segment.ms default in hours (used when log.roll.ms is unset).", _B, True),
+    Setting("log.flush.scheduler.interval.ms", Type.LONG, 2**63 - 1, "How often the flusher checks flush.ms.", _B),
+    Setting("log.flush.offset.checkpoint.interval.ms", Type.INT, 60_000, "How often the recovery point is checkpointed.", _B),
+    Setting("log.flush.start.offset.checkpoint.interval.ms", Type.INT, 60_000, "How often the log start offset is checkpointed.", _B),
+    Setting("log.cleaner.enable", Type.BOOLEAN, True, "Run the cleaner for compacted topics.", _B),
+    Setting("log.cleaner.backoff.ms", Type.LONG, 15_000, "Sleep of the cleaner when nothing is cleanable.", _B, True),
+    Setting("num.recovery.threads.per.data.dir", Type.INT, 2, "Threads opening logs at start per log dir.", _B, True, at_least(1)),
+    Setting("producer.id.expiration.ms", Type.INT, _DAY_MS, "Producer state is dropped after this long without a write.", _B, True, at_least(1)),
+    Setting("group.initial.rebalance.delay.ms", Type.INT, 3000, "Delay of a new group's first rebalance.", _B),
+    Setting("offsets.topic.num.partitions", Type.INT, 50, "Partitions of __consumer_offsets.", _B, False, at_least(1)),
+    Setting("offsets.topic.replication.factor", Type.SHORT, 3, "Replication factor of __consumer_offsets (capped to live brokers).", _B, False, at_least(1)),
+    Setting("transaction.state.log.num.partitions", Type.INT, 50, "Partitions of __transaction_state.", _B, False, at_least(1)),
+    Setting("metrics.port", Type.INT, None, "Port of the HTTP metrics/health endpoint (unset: off).", _B),
+    Setting("cluster.id", Type.STRING, None, "Cluster id; generated and stored in meta.properties on first start when unset.", _B),
+    Setting("controlled.shutdown.enable", Type.BOOLEAN, True, "Accepted for compatibility.", _B),
+]
+
+# Broker keys that only provide defaults for topic settings and are not otherwise listed.
+_BROKER_DEFAULTS: list[Setting] = [
+    Setting(t.broker_synonym, t.type, t.default, f"Default of the topic setting {t.name}. {t.doc}", _B, t.dynamic, t.validator)
+    for t in _TOPIC
+    if t.broker_synonym and t.broker_synonym not in {b.name for b in _BROKER}
+]
+
+TOPIC_SETTINGS: dict[str, Setting] = {s.name: s for s in _TOPIC}
+BROKER_SETTINGS: dict[str, Setting] = {s.name: s for s in _BROKER + _BROKER_DEFAULTS}
+
+
+class ConfigSource(enum.IntEnum):
+    """DescribeConfigs ``config_source`` values (Kafka's DescribeConfigsResponse)."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
+@dataclass
+class BrokerConfig:
+    """Effective broker settings: defaults, then the properties file, then overrides.
+
+    ``static`` holds values from the file and command line (STATIC_BROKER_CONFIG); ``dynamic``
+    holds values set at run time through AlterConfigs (DYNAMIC_DEFAULT_BROKER_CONFIG).
+    """
+
+    static: dict[str, Value] = field(default_factory=dict)
+    dynamic: dict[str, Value] = field(default_factory=dict)
+    unknown: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
+        config = cls()
+        for key, raw in props.items():
+            setting = BROKER_SETTINGS.get(key)
+            if setting is None:
+                config.unknown.append(key)
+                continue
+            config.static[key] = setting.parse(raw)
+        return config
+
+    def get(self, key: str) -> Value:
+        if key in self.dynamic:
+            return self.dynamic[key]
+        if key in self.static:
+            return self.static[key]
+        return self._derived_default(key)
+
+    def _derived_default(self, key: str) -> Value:
+        # Kafka's fallbacks between unit variants of the same setting.
+        if key == "log.retention.ms":
+            if self.has("log.retention.minutes"):
+                return int(self.get_int("log.retention.minutes")) * 60_000
+            if self.has("log.retention.hours"):
+                return int(self.get_int("log.retention.hours")) * _HOUR_MS
+        if key == "log.roll.ms" and self.has("log.roll.hours"):
+            return int(self.get_int("log.roll.hours")) * _HOUR_MS
+        if key == "log.dirs" and self.has("log.dir"):
+            return [str(self.get("log.dir"))]
+        return BROKER_SETTINGS[key].default
+
+    def has(self, key: str) -> bool:
+        return key in self.dynamic or key in self.static
+
+    def get_int(self, key: str) -> int:
+        value = self.get(key)
+        assert isinstance(value, int), key
+        return value
+
+    def source(self, key: str) -> ConfigSource:
+        if key in self.dynamic:
+            return ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        if key in self.static:
+            return ConfigSource.STATIC_BROKER_CONFIG
+        return ConfigSource.DEFAULT_CONFIG
+
+    def topic_default(self, topic_key: str) -> tuple[Value, ConfigSource, str | None]:
+        """The broker-level value of a topic setting, its source, and the broker key it came from."""
+        setting = TOPIC_SETTINGS[topic_key]
+        synonym = setting.broker_synonym
+        if synonym:
+            if self.has(synonym):
+                return self.get(synonym), self.source(synonym), synonym
+            derived = self._derived_default(synonym)
+            if derived != BROKER_SETTINGS[synonym].default:
+                return derived, ConfigSource.STATIC_BROKER_CONFIG, synonym
+        return setting.default, ConfigSource.DEFAULT_CONFIG, None
+
+
+def resolve_topic_config(broker: BrokerConfig, overrides: Mapping[str, Value]) -> dict[str, Value]:
+    """Effective topic settings: the topic's own overrides, else the broker defaults."""
+    return {
+        key: overrides[key] if key in overrides else broker.topic_default(key)[0]
+        for key in TOPIC_SETTINGS
+    }
+
+
+def parse_topic_configs(raw: Iterable[tuple[str, str | None]]) -> dict[str, Value]:
+    """Validate topic overrides from the wire (CreateTopics, AlterConfigs); raises ConfigError."""
+    parsed: dict[str, Value] = {}
+    for key, value in raw:
+        setting = TOPIC_SETTINGS.get(key)
+        if setting is None:
+            raise ConfigError(f"Unknown topic config name: {key}")
+        parsed[key] = setting.parse(value)
+    return parsed
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse a Java-style .properties file (``key=value`` or ``key: value``, ``#``/``!`` comments)."""
+    props: dict[str, str] = {}
+    pending = ""
+    for raw_line in text.splitlines():
+        line = pending + raw_line.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        for i, char in enumerate(line):
+            if char in "=:":
+                props[line[:i].strip()] = line[i + 1 :].strip()
+                break
+        else:
+            props[line] = ""
+    return props
+
+
+def render_markdown() -> str:
+    """docs/configuration.md, generated from the catalogue."""
+    out = [
+        "# Configuration reference",
+        "",
+        "Generated from `src/tidelog/common/config.py` by `python -m tidelog.common.config`; do not edit.",
+        "",
+        "Broker settings go in the properties file given to `tidelog serve`, on the command line as",
+        "`--override key=value`, or in the environment as `TIDELOG_` + the key upper-cased with dots as",
+        "underscores (`TIDELOG_LOG_DIRS=/var/lib/tidelog`). Topic settings are set per topic with",
+        "CreateTopics/AlterConfigs (`tidelog topics create --config key=value`); their broker-wide",
+        "default is the broker key named in the last column.",
+        "",
+    ]
+    for title, settings in (("Broker settings", BROKER_SETTINGS), ("Topic settings", TOPIC_SETTINGS)):
+        out += [f"## {title}", "", "| key | type | default | dynamic | description | broker default key |", "|---|---|---|---|---|---|"]
+        for key in sorted(settings):
+            s = settings[key]
+            default = s.render(s.default)
+            out.append(
+                f"| `{key}` | {s.type.name.lower()} | {'' if default is None else '`' + default + '`'} | "
+                f"{'yes' if s.dynamic else 'no'} | {s.doc} | {('`' + s.broker_synonym + '`') if s.broker_synonym else ''} |"
+            )
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render_markdown())
