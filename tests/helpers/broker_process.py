@@ -1,0 +1,234 @@
+"""Run a tidelog broker as a subprocess, the way a user runs it: ``python -m tidelog serve FILE``.
+
+``BrokerProcess`` picks a free port, writes a ``server.properties`` in its working directory, starts
+the broker with its stdout and stderr appended to ``broker.log`` there, and waits until the port
+accepts and ApiVersions v0 is answered. ``stop`` (SIGTERM by default), ``kill9`` and ``restart``
+keep the same port and data directory, so a restarted broker serves the same log.
+
+When a test fails, the tail of the log of every broker still in use is added to the report (see
+``register_failure_report``), so a failure shows what the broker said.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from kio.schema.api_versions.v0.request import ApiVersionsRequest
+
+from helpers.raw_client import RawClient
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LOG_TAIL_LINES = 60
+T = TypeVar("T")
+
+
+class BrokerError(Exception):
+    """The broker did not start or stop as expected. The message ends with the tail of its log."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def api_versions_answered(host: str, port: int, timeout: float = 1.0) -> bool:
+    """True when a fresh connection gets ApiVersions v0 answered with error code 0."""
+    try:
+        with RawClient(host, port, timeout=timeout) as client:
+            response = client.call(ApiVersionsRequest())
+    except (OSError, ValueError, AssertionError):
+        return False
+    return response.error_code == 0
+
+
+class BrokerProcess:
+    """One broker subprocess with its own port, properties file, data directory and log file."""
+
+    _in_use: list[BrokerProcess] = []  # brokers whose log is shown when a test fails
+
+    def __init__(self, workdir: Path, overrides: Mapping[str, object] | None = None, *,
+                 host: str = "127.0.0.1") -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.host = host
+        self.port = free_port(host)
+        self.data_dir = self.workdir / "data"
+        self.properties_path = self.workdir / "server.properties"
+        self.log_path = self.workdir / "broker.log"
+        self.properties: dict[str, str] = {
+            "node.id": "1",
+            "listeners": f"PLAINTEXT://{host}:{self.port}",
+            "log.dirs": str(self.data_dir),
+        }
+        self.properties.update({key: _render(value) for key, value in (overrides or {}).items()})
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        BrokerProcess._in_use.append(self)
+
+    # -- facts -----------------------------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "broker not started"
+        return self.process.pid
+
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def rss_bytes(self) -> int:
+        """Resident set size of the broker process, from /proc/PID/status (VmRSS)."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise BrokerError("VmRSS not found in /proc status")
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def _error(self, message: str) -> BrokerError:
+        return BrokerError(f"{message}\n--- {self.log_path} (last {LOG_TAIL_LINES} lines) ---\n{self.log_tail()}")
+
+    # -- life cycle ------------------------------------------------------------------------------
+
+    def write_properties(self) -> None:
+        text = "".join(f"{key}={value}\n" for key, value in self.properties.items())
+        self.properties_path.write_text(text)
+
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
+        if self.is_running():
+            raise BrokerError("broker already running")
+        self.write_properties()
+        self.starts += 1
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT / "src"), env.get("PYTHONPATH")]))
+        with self.log_path.open("ab") as log:
+            log.write(f"=== start #{self.starts}: port {self.port} ===\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tidelog", "serve", str(self.properties_path)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.workdir, env=env,
+            )
+        self._wait_until_serving(timeout)
+        return self
+
+    def _wait_until_serving(self, timeout: float) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            code = self.process.poll()
+            if code is not None:
+                raise self._error(f"broker exited with code {code} before serving on {self.bootstrap}")
+            if api_versions_answered(self.host, self.port, timeout=1.0):
+                return
+            time.sleep(0.05)
+        self.kill9()
+        raise self._error(f"broker did not answer ApiVersions on {self.bootstrap} within {timeout:.0f} s")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        """Send ``sig`` and wait for the exit; returns the exit code. A broker that does not exit in
+        time is killed and BrokerError is raised."""
+        if self.process is None:
+            raise BrokerError("broker not started")
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+                raise self._error(f"broker did not exit within {timeout:.0f} s of signal {sig}") from None
+        return int(self.process.returncode)
+
+    def kill9(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def restart(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> BrokerProcess:
+        if self.is_running():
+            self.stop(sig)
+        return self.start(timeout)
+
+    def close(self) -> None:
+        """Make sure the process is gone (SIGTERM, then SIGKILL) and stop showing its log."""
+        try:
+            if self.is_running():
+                try:
+                    self.stop(timeout=10)
+                except BrokerError:
+                    pass
+        finally:
+            self.kill9()
+            if self in BrokerProcess._in_use:
+                BrokerProcess._in_use.remove(self)
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _render(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, timedelta):
+        return str(int(value.total_seconds() * 1000))
+    return str(value)
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,
+               message: str = "condition") -> T:
+    """Poll ``predicate`` until it returns a truthy value, which is returned; AssertionError on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{message} not reached within {timeout} s (last value: {result!r})")
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------------------------------------------
+# pytest: show broker logs on failure
+
+
+class _FailureReport:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+        outcome = yield
+        report = outcome.get_result()
+        if not report.failed:
+            return
+        for broker in BrokerProcess._in_use:
+            report.sections.append(
+                (f"broker {broker.bootstrap} log: {broker.log_path} (last {LOG_TAIL_LINES} lines)", broker.log_tail())
+            )
+
+
+def register_failure_report(config: pytest.Config) -> None:
+    """Add broker log tails to failing tests' reports. Safe to call from several fixtures."""
+    name = "tidelog-broker-failure-report"
+    if not config.pluginmanager.has_plugin(name):
+        config.pluginmanager.register(_FailureReport(), name)
