@@ -1,0 +1,118 @@
+"""Codecs must read what real clients write, and clients must read what tidelog writes."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+import warnings
+
+import cramjam
+import lz4.frame
+import pytest
+import zstandard
+
+with warnings.catch_warnings():  # kafka-python 3 imports importlib.resources' deprecated helpers
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import aiokafka.codec as aiocodec
+    import kafka.codec as kcodec
+
+from tidelog.common.errors import ErrorCode, KafkaError
+from tidelog.protocol.compression import XERIAL_MAGIC, Compression, compress, decompress
+
+PAYLOADS = [
+    b"",
+    b"x",
+    b"hello kafka " * 1000,
+    os.urandom(100_000),  # incompressible, several xerial and lz4 blocks
+    bytes(range(256)) * 600,
+]
+
+# (codec, client encoder, client decoder) for kafka-python and aiokafka
+CLIENTS = [
+    (Compression.GZIP, kcodec.gzip_encode, kcodec.gzip_decode),
+    (Compression.SNAPPY, kcodec.snappy_encode, kcodec.snappy_decode),
+    (Compression.LZ4, kcodec.lz4_encode, kcodec.lz4_decode),
+    (Compression.ZSTD, kcodec.zstd_encode, kcodec.zstd_decode),
+    (Compression.GZIP, aiocodec.gzip_encode, aiocodec.gzip_decode),
+    (Compression.SNAPPY, aiocodec.snappy_encode, aiocodec.snappy_decode),
+    (Compression.LZ4, aiocodec.lz4_encode, aiocodec.lz4_decode),
+    (Compression.ZSTD, aiocodec.zstd_encode, aiocodec.zstd_decode),
+]
+
+
+@pytest.mark.parametrize("codec,encode,decode", CLIENTS)
+@pytest.mark.parametrize("payload", PAYLOADS, ids=lambda p: f"{len(p)}B")
+def test_client_output_decompresses_and_ours_decompresses_in_client(
+    codec: Compression, encode: object, decode: object, payload: bytes
+) -> None:
+    assert callable(encode) and callable(decode)
+    assert decompress(codec, encode(payload)) == payload
+    assert decode(compress(codec, payload)) == payload
+
+
+@pytest.mark.parametrize("payload", PAYLOADS, ids=lambda p: f"{len(p)}B")
+def test_raw_snappy_as_librdkafka_sends_it_is_accepted(payload: bytes) -> None:
+    raw = bytes(cramjam.snappy.compress_raw(payload))
+    assert decompress(Compression.SNAPPY, raw) == payload
+
+
+def test_snappy_is_written_with_xerial_framing_like_the_java_client() -> None:
+    out = compress(Compression.SNAPPY, b"a" * 100_000)
+    assert out.startswith(XERIAL_MAGIC + struct.pack(">ii", 1, 1))
+    # 100 000 bytes in 32 KiB blocks: four length-prefixed blocks
+    pos, blocks = 16, 0
+    while pos < len(out):
+        (length,) = struct.unpack_from(">i", out, pos)
+        pos += 4 + length
+        blocks += 1
+    assert pos == len(out) and blocks == 4
+
+
+def test_lz4_frames_use_independent_blocks_that_the_java_reader_supports() -> None:
+    out = compress(Compression.LZ4, b"abc" * 50_000)
+    assert out[:4] == b"\x04\x22\x4d\x18"
+    flg = out[4]
+    assert flg >> 6 == 1  # frame version 01
+    assert flg & 0x20  # block independence
+    assert not flg & 0x01  # no dictionary id
+    assert lz4.frame.decompress(out) == b"abc" * 50_000
+
+
+def test_streamed_zstd_without_content_size_is_accepted() -> None:
+    payload = b"streaming " * 10_000
+    compressor = zstandard.ZstdCompressor()
+    chunker = compressor.compressobj()
+    data = chunker.compress(payload) + chunker.flush()
+    assert decompress(Compression.ZSTD, data) == payload
+
+
+def test_concatenated_gzip_members_are_read_whole() -> None:
+    data = gzip.compress(b"first ") + gzip.compress(b"second")
+    assert decompress(Compression.GZIP, data) == b"first second"
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD])
+def test_garbage_is_corrupt_message(codec: Compression) -> None:
+    with pytest.raises(KafkaError) as err:
+        decompress(codec, b"\x00garbage that is no compressed stream at all")
+    assert err.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_xerial_block_running_past_the_data_is_corrupt_message() -> None:
+    good = compress(Compression.SNAPPY, b"z" * 1000)
+    with pytest.raises(KafkaError) as err:
+        decompress(Compression.SNAPPY, good[:-3])
+    assert err.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+@pytest.mark.parametrize("attributes", [5, 6, 7, 0x15])
+def test_unknown_codec_ids_are_unsupported_compression_type(attributes: int) -> None:
+    with pytest.raises(KafkaError) as err:
+        Compression.from_attributes(attributes)
+    assert err.value.code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+
+
+def test_codec_id_comes_from_the_low_three_bits() -> None:
+    assert Compression.from_attributes(0x10 | 4) == Compression.ZSTD
+    assert Compression.from_attributes(0x28) == Compression.NONE

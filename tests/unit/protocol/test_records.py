@@ -1,0 +1,301 @@
+"""Record batch v2: validation codes, in-place rewrites, decode/build, and cross-checks with kafka-python."""
+
+from __future__ import annotations
+
+import struct
+import warnings
+
+import crc32c
+import pytest
+
+from tidelog.common.errors import ErrorCode, KafkaError
+from tidelog.protocol.compression import Compression
+from tidelog.protocol.records import (
+    HEADER_SIZE,
+    BatchHeader,
+    ControlType,
+    Record,
+    batch_has_null_key,
+    batch_views,
+    build_batch,
+    build_control_batch,
+    decode_records,
+    iter_batches,
+    parse_control_record,
+    scan_valid_prefix,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+)
+
+with warnings.catch_warnings():  # kafka-python 3 imports importlib.resources' deprecated helpers
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+CODECS = list(Compression)
+
+
+def records(n: int, *, start: int = 0, ts: int = 1_700_000_000_000) -> list[Record]:
+    return [
+        Record(start + i, ts + i, b"key-%d" % i, b"value-%d" % i if i % 4 else None, (("h", b"v"),))
+        for i in range(n)
+    ]
+
+
+def expect_code(code: ErrorCode, buf: bytes | bytearray, **kwargs: bool) -> None:
+    with pytest.raises(KafkaError) as err:
+        list(iter_batches(buf, **kwargs))
+    assert err.value.code == code, err.value
+
+
+# ------------------------------------------------------------------------------------ header fields
+
+
+def test_header_fields_read_back_as_built() -> None:
+    batch = build_batch(
+        records(5, start=100),
+        base_offset=100,
+        producer_id=42,
+        producer_epoch=3,
+        base_sequence=7,
+        partition_leader_epoch=9,
+        transactional=True,
+        compression=Compression.LZ4,
+    )
+    [(header, pos)] = list(iter_batches(batch))
+    assert pos == 0
+    assert header.size == len(batch)
+    assert (header.base_offset, header.last_offset, header.next_offset) == (100, 104, 105)
+    assert header.records_count == 5
+    assert header.compression == Compression.LZ4
+    assert header.is_transactional and not header.is_control
+    assert header.has_producer_id and header.producer_epoch == 3
+    assert (header.base_sequence, header.last_sequence) == (7, 11)
+    assert header.partition_leader_epoch == 9
+    assert header.base_timestamp == 1_700_000_000_000
+    assert header.max_timestamp == 1_700_000_000_004
+    assert header.timestamp_type == 0
+    assert BatchHeader.parse(header.pack()) == header
+
+
+def test_last_sequence_wraps_like_kafka() -> None:
+    batch = build_batch(records(3), producer_id=1, producer_epoch=0, base_sequence=2**31 - 2)
+    header = BatchHeader.parse(batch)
+    assert header.last_sequence == 0
+
+
+def test_no_producer_means_no_sequence() -> None:
+    header = BatchHeader.parse(build_batch(records(3)))
+    assert not header.has_producer_id and header.last_sequence == -1
+
+
+# ------------------------------------------------------------------------------------------ validation
+
+
+def test_concatenated_batches_are_walked_in_order() -> None:
+    buf = b"".join(build_batch(records(3, start=o), base_offset=o) for o in (0, 3, 6))
+    found = list(iter_batches(buf))
+    assert [h.base_offset for h, _ in found] == [0, 3, 6]
+    assert [p for _, p in found] == [0, found[1][0].size, 2 * found[1][0].size]
+    views = list(batch_views(bytearray(buf)))
+    assert [bytes(v) for _, v in views] == [buf[p : p + h.size] for h, p in found]
+
+
+def test_crc_mismatch_is_corrupt_message() -> None:
+    buf = bytearray(build_batch(records(4)))
+    buf[-1] ^= 0x01
+    expect_code(ErrorCode.CORRUPT_MESSAGE, buf)
+    assert len(list(iter_batches(buf, validate=False))) == 1
+
+
+@pytest.mark.parametrize("magic", [0, 1, 3])
+def test_old_or_unknown_magic_is_invalid_record(magic: int) -> None:
+    buf = bytearray(build_batch(records(2)))
+    buf[16] = magic
+    expect_code(ErrorCode.INVALID_RECORD, buf)
+
+
+def test_batch_length_below_header_is_corrupt_message() -> None:
+    buf = bytearray(build_batch(records(1)))
+    struct.pack_into(">i", buf, 8, 10)
+    expect_code(ErrorCode.CORRUPT_MESSAGE, buf)
+
+
+def test_batch_running_past_the_buffer_is_corrupt_message() -> None:
+    batch = build_batch(records(3))
+    expect_code(ErrorCode.CORRUPT_MESSAGE, batch[:-1])
+    expect_code(ErrorCode.CORRUPT_MESSAGE, batch + batch[:7])
+
+
+def _recrc(buf: bytearray) -> bytearray:
+    struct.pack_into(">I", buf, 17, crc32c.crc32c(bytes(buf[21:])))
+    return buf
+
+
+def test_negative_record_count_is_invalid_record() -> None:
+    buf = bytearray(build_batch(records(2)))
+    struct.pack_into(">i", buf, 57, -1)
+    expect_code(ErrorCode.INVALID_RECORD, _recrc(buf))
+
+
+def test_more_records_than_offsets_is_invalid_record() -> None:
+    buf = bytearray(build_batch(records(2)))
+    struct.pack_into(">i", buf, 57, 3)
+    expect_code(ErrorCode.INVALID_RECORD, _recrc(buf))
+
+
+def test_producer_batch_with_offset_gap_is_refused_but_compacted_batch_is_not() -> None:
+    gappy = build_batch([records(4)[0], records(4)[3]])
+    assert BatchHeader.parse(gappy).last_offset_delta == 3
+    assert len(list(iter_batches(gappy))) == 1
+    expect_code(ErrorCode.INVALID_RECORD, gappy, from_producer=True)
+
+
+def test_unknown_codec_is_unsupported_compression_type() -> None:
+    buf = bytearray(build_batch(records(2)))
+    struct.pack_into(">h", buf, 21, 6)
+    expect_code(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, _recrc(buf))
+
+
+def test_recovery_scan_stops_at_first_bad_batch() -> None:
+    one = build_batch(records(2))
+    two = bytearray(build_batch(records(2, start=2), base_offset=2))
+    two[HEADER_SIZE + 2] ^= 0xFF
+    result = scan_valid_prefix(one + one + bytes(two) + one)
+    assert result.valid_bytes == 2 * len(one)
+    assert [p for _, p in result.batches] == [0, len(one)]
+    assert result.error is not None and result.error.code == ErrorCode.CORRUPT_MESSAGE
+    clean = scan_valid_prefix(one + one)
+    assert clean.valid_bytes == 2 * len(one) and clean.error is None
+
+
+# ---------------------------------------------------------------------------------- in-place rewrites
+
+
+def test_base_offset_and_leader_epoch_rewrite_keeps_crc_valid() -> None:
+    buf = bytearray(build_batch(records(3)) * 2)
+    size = BatchHeader.parse(buf).size
+    set_base_offset(buf, size, 1000)
+    set_partition_leader_epoch(memoryview(buf), size, 17)
+    headers = [h for h, _ in iter_batches(buf)]
+    assert headers[1].base_offset == 1000 and headers[1].partition_leader_epoch == 17
+    assert [r.offset for r in decode_records(buf[size:])] == [1000, 1001, 1002]
+    assert headers[0].base_offset == 0
+
+
+def test_log_append_time_sets_type_and_every_record_timestamp() -> None:
+    buf = bytearray(build_batch(records(3), compression=Compression.GZIP))
+    set_log_append_time(buf, 0, 5_000)
+    [(header, _)] = list(iter_batches(buf))  # CRC recomputed
+    assert header.timestamp_type == 1 and header.max_timestamp == 5_000
+    assert header.compression == Compression.GZIP
+    assert {r.timestamp for r in decode_records(buf)} == {5_000}
+
+
+# ------------------------------------------------------------------------------------------- records
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_records_round_trip_with_offsets_keys_values_and_headers(codec: Compression) -> None:
+    original = [
+        *records(6, start=10),
+        Record(20, 5, None, b"", (("a", None), ("\u00e9", b"\x00"))),
+        Record(21, -1, b"", None),
+    ]
+    batch = build_batch(original, base_offset=10, compression=codec)
+    assert decode_records(batch) == original
+
+
+def test_rebuilt_batch_keeps_its_last_offset_even_when_empty() -> None:
+    batch = build_batch([], base_offset=50, last_offset_delta=9, producer_id=3, producer_epoch=1)
+    [(header, _)] = list(iter_batches(batch))
+    assert header.records_count == 0 and header.last_offset == 59
+    assert decode_records(batch) == []
+
+
+def test_delete_horizon_is_stored_without_changing_record_timestamps() -> None:
+    original = records(3)
+    batch = build_batch(original, delete_horizon_ms=2_000_000_000_000)
+    header = BatchHeader.parse(batch)
+    assert header.has_delete_horizon and header.delete_horizon_ms == 2_000_000_000_000
+    assert decode_records(batch) == original
+    assert BatchHeader.parse(build_batch(original)).delete_horizon_ms is None
+
+
+def test_truncated_record_body_is_invalid_record() -> None:
+    batch = bytearray(build_batch(records(3)))
+    struct.pack_into(">i", batch, 57, 4)
+    struct.pack_into(">i", batch, 23, 3)
+    with pytest.raises(KafkaError) as err:
+        decode_records(batch)
+    assert err.value.code == ErrorCode.INVALID_RECORD
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_null_key_detection(codec: Compression) -> None:
+    keyed = build_batch(records(5), compression=codec)
+    assert not batch_has_null_key(keyed)
+    mixed = build_batch([*records(3), Record(3, 0, None, b"v")], compression=codec)
+    assert batch_has_null_key(mixed)
+
+
+@pytest.mark.parametrize("kind", list(ControlType))
+def test_control_batch_round_trip(kind: ControlType) -> None:
+    batch = build_control_batch(kind, 77, 4, 12, 123_456, base_offset=30)
+    [(header, _)] = list(iter_batches(batch, from_producer=True))
+    assert header.is_control and header.is_transactional
+    assert (header.producer_id, header.producer_epoch, header.base_offset) == (77, 4, 30)
+    [record] = decode_records(batch)
+    assert record.offset == 30 and record.timestamp == 123_456
+    assert parse_control_record(record) == (kind, 12)
+    assert not batch_has_null_key(batch)
+
+
+def test_malformed_control_key_is_invalid_record() -> None:
+    with pytest.raises(KafkaError) as err:
+        parse_control_record(Record(0, 0, b"\x00\x00\x00\x07", None))
+    assert err.value.code == ErrorCode.INVALID_RECORD
+
+
+# ----------------------------------------------------------------------- cross-check with kafka-python
+
+
+def _kafka_python_batch(codec: int, n: int, *, transactional: bool = False) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=transactional,
+        producer_id=123 if transactional else -1,
+        producer_epoch=2 if transactional else -1,
+        base_sequence=40 if transactional else -1,
+        batch_size=1 << 22,
+    )
+    for i in range(n):
+        value = None if i % 5 == 0 else b"payload-%d-" % i * 20
+        builder.append(i, timestamp=1_000 + i, key=b"k%d" % (i % 7), value=value, headers=[("n", b"%d" % i)])
+    return bytes(builder.build())
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_we_read_kafka_python_batches(codec: Compression) -> None:
+    batch = _kafka_python_batch(int(codec), 200, transactional=True)
+    [(header, _)] = list(iter_batches(batch, from_producer=True))
+    assert header.compression == codec and header.is_transactional
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (123, 2, 40)
+    decoded = decode_records(batch)
+    assert [r.offset for r in decoded] == list(range(200))
+    assert decoded[5].value is None and decoded[6].value == b"payload-6-" * 20
+    assert decoded[6].key == b"k6" and decoded[6].timestamp == 1_006
+    assert decoded[6].headers == (("n", b"6"),)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_kafka_python_reads_our_batches(codec: Compression) -> None:
+    original = records(300, start=1000)
+    batch = DefaultRecordBatch(build_batch(original, base_offset=1000, compression=codec))
+    assert batch.validate_crc()
+    theirs = list(batch)
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in theirs] == [
+        (r.offset, r.timestamp, r.key, r.value) for r in original
+    ]
+    assert [list(r.headers) for r in theirs] == [list(r.headers) for r in original]
