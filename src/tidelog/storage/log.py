@@ -1,0 +1,781 @@
+"""A partition's log: the ordered list of segments in ``<log dir>/<topic>-<partition>/``.
+
+Directory contents (Kafka's layout)::
+
+    00000000000000000000.log / .index / .timeindex / .txnindex   one segment (see segment.py)
+    00000000000000052311.log ...                                 the last one is the *active* segment
+    00000000000000052311.snapshot                                producer state (producer_state.py)
+    leader-epoch-checkpoint                                      leader epochs (leader_epoch.py)
+    *.deleted                                                    removed segments awaiting deletion
+
+The log start offset and recovery point are not stored here but in the log dir's checkpoint files
+(the :class:`~tidelog.storage.manager.LogManager` writes them); they are passed to the constructor.
+
+Offsets: every batch appended by the leader gets offsets ``[log end offset, ...]`` by rewriting its
+base offset and partition leader epoch in a private copy of the request buffer; records are never
+decoded on this path. Reads return byte ranges of whole batches, as stored.
+
+Durability: the OS page cache holds appends until :meth:`PartitionLog.flush` fsyncs them (when
+``flush.messages`` / ``flush.ms`` ask for it the append says ``needs_flush``; the caller runs the flush
+off its event loop). The *recovery point* is the offset below which everything is fsynced.
+
+Opening: after a clean shutdown, segments are loaded with their indexes (sanity-checked: an index
+that fails is rebuilt by rescanning its segment). After an unclean shutdown every segment from the
+one holding the recovery point on is scanned: each batch's framing, CRC and offsets are checked, the
+indexes are rebuilt from scratch, and the first invalid batch and everything after it (later
+segments too) are cut away. Producer state is then loaded from the newest snapshot and rebuilt by
+replaying the batch headers after it.
+
+Thread-safety: one re-entrant lock per log guards the segment list, offsets and indexes. Appends,
+truncations, rolls and retention take it for their whole duration; :meth:`read` takes it only to
+compute byte ranges (the bytes themselves are read without it); :meth:`flush` takes it to collect
+what to sync and to advance the recovery point, but fsyncs without it, so appends continue during a
+flush. Ranges handed out by :meth:`read` stay valid for ``file.delete.delay.ms`` after their segment
+is removed (the file is renamed ``.deleted`` and its descriptor kept open until then).
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tidelog.common.errors import ErrorCode, KafkaError, StorageError
+from tidelog.protocol.records import (
+    BatchHeader,
+    ControlType,
+    batch_has_null_key,
+    decode_records,
+    iter_batches,
+    parse_control_record,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+)
+from tidelog.storage.leader_epoch import LeaderEpochCache
+from tidelog.storage.log_config import LogConfig
+from tidelog.storage.producer_state import SUFFIX as SNAPSHOT_SUFFIX
+from tidelog.storage.producer_state import ProducerStateManager
+from tidelog.storage.segment import DELETED_SUFFIX, BatchInfo, LogSegment
+from tidelog.storage.txn_index import AbortedTxn
+
+Buffer = bytes | bytearray | memoryview
+_MAX_RELATIVE_OFFSET = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    """The outcome of one append (what a ProduceResponse partition needs)."""
+
+    first_offset: int
+    last_offset: int
+    log_append_time: int
+    log_start_offset: int
+    record_count: int
+    duplicate: bool
+    max_timestamp: int
+    max_timestamp_offset: int
+    needs_flush: bool
+
+
+@dataclass
+class FetchData:
+    """Whole batches as (fd, position, length) ranges, plus the log's offsets at read time.
+
+    A range stays readable for ``file.delete.delay.ms`` even if its segment is removed meanwhile.
+    """
+
+    ranges: list[tuple[int, int, int]]
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    last_stable_offset: int
+    aborted: list[AbortedTxn] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return sum(length for _, _, length in self.ranges)
+
+    def read_bytes(self) -> bytes:
+        """The batches as one buffer: one ``pread`` per range."""
+        parts = [os.pread(fd, length, position) for fd, position, length in self.ranges]
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def parse_dir_name(name: str) -> tuple[str, int]:
+    """``orders-3`` → ("orders", 3)."""
+    topic, _, partition = name.rpartition("-")
+    if not topic or not partition.isdigit():
+        raise ValueError(f"not a partition directory name: {name}")
+    return topic, int(partition)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class PartitionLog:
+    """One partition's log (see the module docstring)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        clean_shutdown: bool = False,
+        producer_id_expiration_ms: int = 86_400_000,
+        hw_follows_leo: bool = True,
+        now_ms: int | None = None,
+        on_io_error: Callable[[PartitionLog, OSError], None] | None = None,
+    ) -> None:
+        self.dir = directory
+        self.topic, self.partition = parse_dir_name(directory.name)
+        self.config = config
+        self.hw_follows_leo = hw_follows_leo
+        self.on_io_error = on_io_error
+        self.offline = False
+        self._lock = threading.RLock()
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._unflushed_messages = 0
+        self._last_flush_ms = _now_ms() if now_ms is None else now_ms
+        self.recovered_unclean = False
+        self.truncated_bytes = 0
+        directory.mkdir(parents=True, exist_ok=True)
+        self.epoch_cache = LeaderEpochCache(directory)
+        self.producers = ProducerStateManager(directory, producer_id_expiration_ms)
+        self._load(recovery_point, log_start_offset, clean_shutdown, self._last_flush_ms)
+        self._high_watermark = self.log_end_offset if hw_follows_leo else min(recovery_point, self.log_end_offset)
+
+    # -- opening --------------------------------------------------------------------------------
+
+    def _load(self, recovery_point: int, log_start_offset: int, clean: bool, now_ms: int) -> None:
+        for path in self.dir.iterdir():
+            if path.name.endswith((DELETED_SUFFIX, ".tmp")):
+                path.unlink(missing_ok=True)
+        bases = sorted(int(p.stem) for p in self.dir.glob("*.log") if p.stem.isdigit())
+        interval = self.config.index_interval_bytes
+        recover_from = len(bases)
+        for i, base in enumerate(bases):
+            seg = LogSegment(self.dir, base, self.config.segment_index_bytes, load=True, now_ms=now_ms)
+            self._add_segment(seg)
+            next_base = bases[i + 1] if i + 1 < len(bases) else None
+            below_recovery_point = next_base is not None and next_base <= recovery_point
+            if (clean or below_recovery_point) and seg.load_clean(interval):
+                continue
+            recover_from = i
+            break
+        for i in range(recover_from, len(bases)):
+            if i >= len(self._segments):
+                self._add_segment(
+                    LogSegment(self.dir, bases[i], self.config.segment_index_bytes, load=True, now_ms=now_ms)
+                )
+            seg = self._segments[i]
+            self.recovered_unclean = True
+            size_before = seg.size
+            headers, truncated = seg.recover(interval)
+            for header, _ in headers:
+                self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+            seg.seal()
+            seg.write_indexes()
+            if truncated:
+                self.truncated_bytes += size_before - seg.size
+                for later in bases[i + 1 :]:
+                    gone = LogSegment(self.dir, later, self.config.segment_index_bytes, load=True)
+                    self.truncated_bytes += gone.size
+                    gone.delete_files()
+                break
+        if not self._segments:
+            self._add_segment(LogSegment(self.dir, log_start_offset, self.config.segment_index_bytes,
+                                         load=False, now_ms=now_ms))
+        if self.recovered_unclean:
+            for seg in self._segments:
+                seg.fsync()
+        self.log_start_offset = max(log_start_offset, self._segments[0].base_offset)
+        leo = self.log_end_offset
+        self.epoch_cache.truncate_from_end(leo)
+        self.epoch_cache.truncate_from_start(self.log_start_offset)
+        self.recovery_point = leo if self.recovered_unclean or clean else min(recovery_point, leo)
+        self._rebuild_producer_state(leo)
+
+    def _add_segment(self, seg: LogSegment) -> None:
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+
+    def _rebuild_producer_state(self, leo: int) -> None:
+        self.producers.delete_snapshots(above=leo)
+        start = self.producers.load_snapshot(leo)
+        if start < self.log_start_offset:
+            self.producers.reset(self.log_start_offset)
+            start = self.log_start_offset
+        for seg, header, position in self._walk(start):
+            self._apply_producer(seg, header, position)
+        self.producers.map_end_offset = leo
+
+    def _walk(self, start_offset: int) -> Iterator[tuple[LogSegment, BatchHeader, int]]:
+        """Every batch from the one holding ``start_offset`` to the end (headers only)."""
+        i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
+        for seg in self._segments[i:]:
+            found = seg.find(start_offset)
+            if found is None:
+                continue
+            position, header = found
+            current: BatchHeader | None = header
+            while current is not None:
+                yield seg, current, position
+                position += current.size
+                current = seg.header_at(position)
+
+    def _apply_producer(self, seg: LogSegment, header: BatchHeader, position: int) -> AbortedTxn | None:
+        """Update producer state for a batch now in the log; return the aborted txn it ends, if any."""
+        if not header.has_producer_id:
+            return None
+        if header.is_control:
+            records = decode_records(seg.read_at(position, header.size))
+            if not records:
+                return None
+            kind, coordinator_epoch = parse_control_record(records[0])
+            done = self.producers.record_marker(
+                header.producer_id, header.producer_epoch, header.base_offset,
+                kind is ControlType.COMMIT, coordinator_epoch, header.max_timestamp,
+            )  # fmt: skip
+            if done is None or not done.aborted:
+                return None
+            unstable = self.producers.first_unstable_offset()
+            lso = unstable if unstable is not None else done.last_offset + 1
+            return AbortedTxn(done.producer_id, done.first_offset, done.last_offset, lso)
+        self.producers.record_batch(
+            header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence,
+            header.base_offset, header.last_offset, header.max_timestamp, header.is_transactional,
+        )  # fmt: skip
+        return None
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        with self._lock:
+            unstable = self.producers.first_unstable_offset()
+            hw = self._high_watermark
+            return hw if unstable is None else min(hw, unstable)
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return sum(seg.size for seg in self._segments)
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark (replication); clamped to [log start, log end]. Returns it."""
+        with self._lock:
+            self._high_watermark = max(self.log_start_offset, min(offset, self.log_end_offset))
+            return self._high_watermark
+
+    def _check_online(self) -> None:
+        if self.offline:
+            raise StorageError(f"log {self.dir.name} is offline")
+
+    def _io_failed(self, exc: OSError, action: str) -> KafkaError:
+        """Map an OSError: ENOSPC fails the operation only; anything else takes the log offline."""
+        if exc.errno == errno.ENOSPC:
+            return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{action} on {self.dir.name}: no space left on device")
+        self.offline = True
+        if self.on_io_error is not None:
+            self.on_io_error(self, exc)
+        return StorageError(f"{action} on {self.dir.name}: {exc}")
+
+    # -- appending ------------------------------------------------------------------------------
+
+    def append_as_leader(
+        self, records: Buffer, *, leader_epoch: int, now_ms: int, from_client: bool = True
+    ) -> AppendInfo:
+        """Validate, assign offsets and write ``records`` (one or more v2 batches) as the leader.
+
+        ``from_client=False`` is for the broker's own writes (transaction markers, coordinators):
+        control batches are accepted and sequence checks skipped. Raises KafkaError with
+        CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_TIMESTAMP,
+        OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH or KAFKA_STORAGE_ERROR; nothing is written
+        then.
+        """
+        buf = bytearray(records)
+        if len(buf) > self.config.segment_bytes:
+            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
+                             f"{len(buf)} bytes exceed segment.bytes {self.config.segment_bytes}")
+        headers = list(iter_batches(buf, validate=True, from_producer=from_client))
+        if not headers:
+            raise KafkaError(ErrorCode.INVALID_RECORD, "no record batch in the request")
+        for header, position in headers:
+            self._validate_batch(buf, header, position, now_ms, from_client)
+        with self._lock:
+            self._check_online()
+            pending: dict[int, tuple[int, int]] = {}
+            for header, _ in headers:
+                if header.has_producer_id and from_client and not header.is_control:
+                    duplicate = self.producers.check(
+                        header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence,
+                        pending,
+                    )
+                    if duplicate is not None:
+                        return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1,
+                                          self.log_start_offset, header.records_count, True,
+                                          duplicate.timestamp, duplicate.first_offset, False)
+                elif header.is_control and header.has_producer_id:
+                    self.producers.check_marker_epoch(header.producer_id, header.producer_epoch)
+            return self._assign_and_write(buf, headers, leader_epoch, now_ms)
+
+    def _validate_batch(self, buf: bytearray, header: BatchHeader, position: int, now_ms: int,
+                        from_client: bool) -> None:
+        if header.size > self.config.max_message_bytes:
+            raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
+                             f"batch of {header.size} bytes exceeds max.message.bytes {self.config.max_message_bytes}")
+        if header.is_control and from_client:
+            raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
+        view = memoryview(buf)[position : position + header.size]
+        if self.config.compact and batch_has_null_key(view):
+            raise KafkaError(ErrorCode.INVALID_RECORD, "compacted topic refuses records without a key")
+        if not self.config.log_append_time and from_client:
+            lowest = now_ms - self.config.message_timestamp_before_max_ms
+            highest = now_ms + self.config.message_timestamp_after_max_ms
+            if header.base_timestamp < lowest or header.max_timestamp > highest:
+                raise KafkaError(ErrorCode.INVALID_TIMESTAMP,
+                                 f"timestamps {header.base_timestamp}..{header.max_timestamp} outside "
+                                 f"[{lowest}, {highest}]")
+
+    def _assign_and_write(
+        self, buf: bytearray, headers: list[tuple[BatchHeader, int]], leader_epoch: int, now_ms: int
+    ) -> AppendInfo:
+        self._maybe_roll(len(buf), sum(h.last_offset_delta + 1 for h, _ in headers), now_ms)
+        first = next_offset = self.log_end_offset
+        append_time = now_ms if self.config.log_append_time else -1
+        infos: list[BatchInfo] = []
+        max_ts, max_ts_offset, count = -1, first, 0
+        for header, position in headers:
+            set_base_offset(buf, position, next_offset)
+            if leader_epoch >= 0:
+                set_partition_leader_epoch(buf, position, leader_epoch)
+            batch_ts = header.max_timestamp
+            if append_time >= 0 and not header.is_control:
+                set_log_append_time(buf, position, now_ms)
+                batch_ts = now_ms
+            last = next_offset + header.last_offset_delta
+            infos.append(BatchInfo(position, header.size, next_offset, last, batch_ts))
+            if batch_ts > max_ts:
+                max_ts, max_ts_offset = batch_ts, next_offset
+            count += header.records_count
+            next_offset = last + 1
+        self._write(buf, infos, leader_epoch)
+        needs_flush = self._note_appended(count, now_ms)
+        return AppendInfo(first, next_offset - 1, append_time, self.log_start_offset, count, False,
+                          max_ts, max_ts_offset, needs_flush)
+
+    def _write(self, buf: bytearray, infos: list[BatchInfo], leader_epoch: int) -> None:
+        """Write batches whose offsets are assigned, then update offsets, epochs and producer state."""
+        seg = self.active_segment
+        start_position = seg.size
+        try:
+            seg.append(buf, infos, self.config.index_interval_bytes)
+        except OSError as exc:
+            raise self._io_failed(exc, "append") from exc
+        if leader_epoch >= 0:
+            self.epoch_cache.assign(leader_epoch, infos[0].base_offset)
+        for info in infos:
+            header = BatchHeader.parse(buf, info.position)
+            aborted = self._apply_producer(seg, header, start_position + info.position)
+            if aborted is not None:
+                seg.txn_index.append(aborted)
+        if self.hw_follows_leo:
+            self._high_watermark = self.log_end_offset
+
+    def _note_appended(self, count: int, now_ms: int) -> bool:
+        self._unflushed_messages += count
+        return (self._unflushed_messages >= self.config.flush_messages
+                or now_ms - self._last_flush_ms >= self.config.flush_ms)
+
+    def append_as_follower(self, records: Buffer, *, now_ms: int | None = None) -> AppendInfo:
+        """Append batches whose offsets the leader assigned (replication); no producer checks.
+
+        The first batch must start at or after the log end offset and offsets must increase.
+        """
+        buf = bytearray(records)
+        headers = list(iter_batches(buf, validate=True))
+        if not headers:
+            raise KafkaError(ErrorCode.INVALID_RECORD, "no record batch to append")
+        with self._lock:
+            self._check_online()
+            expected = self.log_end_offset
+            for header, _ in headers:
+                if header.base_offset < expected:
+                    raise KafkaError(ErrorCode.INVALID_RECORD,
+                                     f"follower batch at {header.base_offset} is below {expected}")
+                expected = header.next_offset
+            now = _now_ms() if now_ms is None else now_ms
+            first = headers[0][0].base_offset
+            if first > self.log_end_offset:
+                self.roll(now_ms=now, start_offset=first)
+            else:
+                span = headers[-1][0].next_offset - self.active_segment.base_offset
+                self._maybe_roll(len(buf), span - (self.log_end_offset - self.active_segment.base_offset), now)
+            infos = [BatchInfo(p, h.size, h.base_offset, h.last_offset, h.max_timestamp) for h, p in headers]
+            seg = self.active_segment
+            start_position = seg.size
+            try:
+                seg.append(buf, infos, self.config.index_interval_bytes)
+            except OSError as exc:
+                raise self._io_failed(exc, "append") from exc
+            for header, position in headers:
+                self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+                aborted = self._apply_producer(seg, header, start_position + position)
+                if aborted is not None:
+                    seg.txn_index.append(aborted)
+            if self.hw_follows_leo:
+                self._high_watermark = self.log_end_offset
+            count = sum(h.records_count for h, _ in headers)
+            max_h = max((h for h, _ in headers), key=lambda h: h.max_timestamp)
+            return AppendInfo(first, headers[-1][0].last_offset, -1, self.log_start_offset, count, False,
+                              max_h.max_timestamp, max_h.base_offset, self._note_appended(count, now))
+
+    # -- rolling --------------------------------------------------------------------------------
+
+    def _maybe_roll(self, size: int, offsets: int, now_ms: int) -> None:
+        seg = self.active_segment
+        if seg.size == 0:
+            return
+        if (seg.size + size > self.config.segment_bytes
+                or seg.index_full
+                or seg.roll_due(now_ms, self.config.segment_ms)
+                or self.log_end_offset + offsets - seg.base_offset > _MAX_RELATIVE_OFFSET):
+            self.roll(now_ms=now_ms)
+
+    def roll(self, *, now_ms: int | None = None, start_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op if the active one is empty)."""
+        with self._lock:
+            self._check_online()
+            seg = self.active_segment
+            base = self.log_end_offset if start_offset is None else start_offset
+            if seg.size == 0 and start_offset is None:
+                return seg
+            now = _now_ms() if now_ms is None else now_ms
+            try:
+                seg.seal()
+                seg.write_indexes()
+                self.producers.map_end_offset = self.log_end_offset
+                self.producers.take_snapshot()
+                if seg.size == 0:
+                    self._segments.pop()
+                    self._bases.pop()
+                    seg.delete_files()
+                new = LogSegment(self.dir, base, self.config.segment_index_bytes, load=False, now_ms=now)
+            except OSError as exc:
+                raise self._io_failed(exc, "roll") from exc
+            self._add_segment(new)
+            return new
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True,
+        isolation_committed: bool = False,
+    ) -> FetchData:
+        """Whole batches from the one holding ``offset``, at most ``max_bytes`` (but one batch at least
+        when ``min_one_batch``), none reaching ``max_offset`` (exclusive: the HW or the LSO).
+
+        OFFSET_OUT_OF_RANGE when ``offset`` is below the log start or above the log end; at the log
+        end the answer is empty. With ``isolation_committed`` the aborted transactions overlapping
+        the range are listed in ``FetchData.aborted``.
+        """
+        with self._lock:
+            self._check_online()
+            leo = self.log_end_offset
+            if offset < self.log_start_offset or offset > leo:
+                raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                 f"offset {offset} outside [{self.log_start_offset}, {leo}]")
+            ranges: list[tuple[int, int, int]] = []
+            remaining = max_bytes
+            position_offset = offset
+            i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+            try:
+                for seg in self._segments[i:]:
+                    if remaining <= 0 and not (min_one_batch and not ranges):
+                        break
+                    pos, length, nxt = seg.read_range(position_offset, remaining, max_offset,
+                                                      min_one_batch and not ranges)
+                    if length:
+                        ranges.append((seg.fd, pos, length))
+                        remaining -= length
+                        position_offset = nxt
+                    if length and nxt < seg.next_offset:
+                        break
+                    if max_offset is not None and position_offset >= max_offset:
+                        break
+            except OSError as exc:
+                raise self._io_failed(exc, "read") from exc
+            data = FetchData(ranges, self._high_watermark, self.log_start_offset, leo, self.last_stable_offset)
+            if isolation_committed and ranges:
+                data.aborted = self.aborted_transactions(offset, position_offset)
+            return data
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping offsets [start, end)."""
+        with self._lock:
+            out: list[AbortedTxn] = []
+            i = max(0, bisect.bisect_right(self._bases, start) - 1)
+            for seg in self._segments[i:]:
+                out.extend(seg.txn_index.collect(start, end))
+            return out
+
+    def _batches_from(self, seg: LogSegment, offset: int) -> Iterator[tuple[BatchHeader, int]]:
+        found = seg.find(offset)
+        if found is None:
+            return
+        position, header = found
+        current: BatchHeader | None = header
+        while current is not None:
+            yield current, position
+            position += current.size
+            current = seg.header_at(position)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
+        """(offset, timestamp, leader epoch) of the first record with timestamp >= ``timestamp``."""
+        with self._lock:
+            self._check_online()
+            for seg in self._segments:
+                if seg.max_timestamp < timestamp or seg.next_offset <= self.log_start_offset:
+                    continue
+                start = max(seg.time_index.lookup(timestamp)[1], self.log_start_offset)
+                for header, position in self._batches_from(seg, start):
+                    if header.max_timestamp < timestamp:
+                        continue
+                    for record in decode_records(seg.read_at(position, header.size)):
+                        if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
+                            return record.offset, record.timestamp, header.partition_leader_epoch
+            return None
+
+    def max_timestamp_offset(self) -> tuple[int, int, int] | None:
+        """(offset, timestamp, leader epoch) of the record with the largest timestamp (ListOffsets -3)."""
+        with self._lock:
+            self._check_online()
+            candidates = [s for s in self._segments if s.size and s.next_offset > self.log_start_offset]
+            if not candidates:
+                return None
+            seg = max(reversed(candidates), key=lambda s: s.max_timestamp)
+            target = seg.max_timestamp
+            start = max(seg.time_index.lookup(target)[1], self.log_start_offset, seg.base_offset)
+            best: tuple[int, int, int] | None = None
+            for header, position in self._batches_from(seg, start):
+                if header.max_timestamp != target:
+                    continue
+                for record in decode_records(seg.read_at(position, header.size)):
+                    if best is None or record.timestamp > best[1]:
+                        best = (record.offset, record.timestamp, header.partition_leader_epoch)
+            return best
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) as OffsetForLeaderEpoch answers; (-1, -1) when unknown."""
+        with self._lock:
+            return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    # -- truncation and deletion ----------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch at or after ``offset`` (replication); return the new log end offset.
+
+        A batch straddling ``offset`` goes too. Below the log start the log is emptied and restarts
+        at ``offset``.
+        """
+        with self._lock:
+            self._check_online()
+            if offset >= self.log_end_offset:
+                return self.log_end_offset
+            if offset < self.log_start_offset:
+                self.truncate_fully_and_start_at(offset)
+                return offset
+            try:
+                while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+                    gone = self._segments.pop()
+                    self._bases.pop()
+                    gone.delete_files()
+                self.active_segment.truncate_to(offset)
+            except OSError as exc:
+                raise self._io_failed(exc, "truncate") from exc
+            leo = self.log_end_offset
+            self.epoch_cache.truncate_from_end(leo)
+            self._high_watermark = min(self._high_watermark, leo)
+            self.recovery_point = min(self.recovery_point, leo)
+            self.producers.delete_snapshots(above=leo)
+            self._rebuild_producer_state(leo)
+            return leo
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the log empty at ``offset``."""
+        with self._lock:
+            try:
+                for seg in self._segments:
+                    seg.delete_files()
+                self._segments.clear()
+                self._bases.clear()
+                self._add_segment(LogSegment(self.dir, offset, self.config.segment_index_bytes, load=False,
+                                             now_ms=_now_ms()))
+            except OSError as exc:
+                raise self._io_failed(exc, "truncate") from exc
+            self.log_start_offset = self.recovery_point = self._high_watermark = offset
+            self.epoch_cache.clear()
+            self.producers.delete_snapshots(above=-1)
+            self.producers.reset(offset)
+
+    def delete_records_before(self, offset: int, *, now_ms: int | None = None) -> int:
+        """DeleteRecords: move the log start offset up to ``offset``; return the new log start.
+
+        Whole segments below the new start are removed (deferred deletion). OFFSET_OUT_OF_RANGE when
+        ``offset`` is above the high watermark.
+        """
+        with self._lock:
+            self._check_online()
+            if offset > self._high_watermark:
+                raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                 f"offset {offset} is above the high watermark {self._high_watermark}")
+            if offset > self.log_start_offset:
+                self.log_start_offset = offset
+                self.epoch_cache.truncate_from_start(offset)
+                self._delete_prefix(lambda seg, _next: seg.next_offset <= offset and seg is not self.active_segment,
+                                    _now_ms() if now_ms is None else now_ms)
+            return self.log_start_offset
+
+    def _delete_prefix(self, doomed: Callable[[LogSegment, LogSegment | None], bool], now_ms: int) -> int:
+        """Remove the longest run of oldest non-active segments for which ``doomed`` holds."""
+        count = 0
+        while len(self._segments) > 1 and doomed(self._segments[0], self._segments[1]):
+            seg = self._segments.pop(0)
+            self._bases.pop(0)
+            try:
+                seg.mark_deleted()
+            except OSError as exc:
+                raise self._io_failed(exc, "delete segment") from exc
+            self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, seg))
+            count += 1
+        if count:
+            self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+            self.epoch_cache.truncate_from_start(self.log_start_offset)
+            self.producers.delete_snapshots(below=self._segments[0].base_offset)
+        return count
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete old non-active segments by ``retention.ms``, ``retention.bytes`` and log start.
+
+        Returns how many segments were removed (their files go after ``file.delete.delay.ms``).
+        """
+        with self._lock:
+            if self.offline:
+                return 0
+            removed = self._delete_prefix(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset,
+                                          now_ms)
+            if not self.config.delete:
+                return removed
+            retention_ms = self.config.retention_ms
+            if retention_ms >= 0:
+                removed += self._delete_prefix(lambda seg, _n: now_ms - self._segment_time(seg) > retention_ms,
+                                               now_ms)
+            limit = self.config.retention_bytes
+            if limit >= 0:
+                excess = sum(seg.size for seg in self._segments) - limit
+
+                def over(seg: LogSegment, _n: LogSegment | None) -> bool:
+                    nonlocal excess
+                    if excess - seg.size < 0:
+                        return False
+                    excess -= seg.size
+                    return True
+
+                removed += self._delete_prefix(over, now_ms)
+            return removed
+
+    @staticmethod
+    def _segment_time(seg: LogSegment) -> int:
+        if seg.max_timestamp >= 0:
+            return seg.max_timestamp
+        return int(os.fstat(seg.fd).st_mtime * 1000)
+
+    def delete_expired_files(self, now_ms: int, *, force: bool = False) -> int:
+        """Delete ``.deleted`` segment files whose delay passed; return how many segments went."""
+        with self._lock:
+            due = [(t, s) for t, s in self._pending_deletes if force or t <= now_ms]
+            self._pending_deletes = [(t, s) for t, s in self._pending_deletes if not (force or t <= now_ms)]
+        for _, seg in due:
+            try:
+                seg.delete_files()
+            except OSError:
+                continue
+        return len(due)
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        with self._lock:
+            return self.producers.remove_expired(now_ms)
+
+    # -- durability -----------------------------------------------------------------------------
+
+    def flush(self, now_ms: int | None = None) -> int:
+        """fsync everything appended so far; return the new recovery point.
+
+        Safe from any thread; the lock is held only to collect segments and advance the recovery
+        point, never during fsync.
+        """
+        with self._lock:
+            self._check_online()
+            target = self.log_end_offset
+            i = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+            dirty = self._segments[i:]
+            for seg in dirty:
+                seg.write_indexes()
+            self._unflushed_messages = 0
+            self._last_flush_ms = _now_ms() if now_ms is None else now_ms
+        try:
+            for seg in dirty:
+                if seg.fd >= 0 and not seg.deleted:
+                    seg.fsync()
+        except OSError as exc:
+            with self._lock:
+                raise self._io_failed(exc, "flush") from exc
+        with self._lock:
+            self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
+            return self.recovery_point
+
+    def close(self, *, clean: bool = True) -> None:
+        """Write indexes and (when ``clean``) fsync and snapshot producer state; release files."""
+        with self._lock:
+            if clean and not self.offline:
+                self.flush()
+                self.active_segment.seal()
+                self.producers.map_end_offset = self.log_end_offset
+                self.producers.take_snapshot()
+            for seg in self._segments:
+                try:
+                    seg.close()
+                except OSError:
+                    continue
+            self.delete_expired_files(0, force=True)
+
+    def snapshot_files(self) -> list[Path]:
+        return sorted(self.dir.glob("*" + SNAPSHOT_SUFFIX))

@@ -1,0 +1,353 @@
+"""One log segment: ``<base>.log`` plus its ``.index``, ``.timeindex`` and ``.txnindex``.
+
+``<base>`` is the offset of the segment's first batch as 20 zero-padded digits, e.g.
+``00000000000000001200.log``. The ``.log`` file is record batches (magic 2, see
+:mod:`tidelog.protocol.records`) concatenated exactly as they are served to consumers, in offset order,
+with offsets already assigned; nothing else: no header, no padding. The index formats are in
+:mod:`tidelog.storage.index` and :mod:`tidelog.storage.txn_index`.
+
+A segment that the log removed is renamed with a ``.deleted`` suffix on every file and deleted later
+(its file descriptor stays open until then so that a read in flight can finish).
+
+Write path: :meth:`LogSegment.append` writes a buffer of whole batches at the end of the file with
+``pwrite`` (one call unless the kernel writes short) and, if a write fails midway (ENOSPC, EIO), cuts
+the file back to its previous size so that no partial batch ever becomes visible.
+
+Thread-safety: none of its own; :class:`~tidelog.storage.log.PartitionLog` serialises writers under
+its lock. ``pread`` on the fd is safe from any thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidelog.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, scan_valid_prefix
+from tidelog.storage.index import IndexCorrupt, OffsetIndex, TimeIndex
+from tidelog.storage.txn_index import TxnIndex
+
+DELETED_SUFFIX = ".deleted"
+_SHALLOW = struct.Struct(">qi")  # base offset, batch length
+_LAST_DELTA = struct.Struct(">i")
+_RECOVERY_WINDOW = 32 * 1024 * 1024
+
+
+def file_stem(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """What the log knows about one batch it is appending (position relative to the buffer)."""
+
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+
+
+class LogSegment:
+    """A ``.log`` file and its indexes (see the module docstring)."""
+
+    def __init__(self, directory: Path, base_offset: int, index_bytes: int, *, load: bool, now_ms: int = -1) -> None:
+        self.dir = directory
+        self.base_offset = base_offset
+        stem = file_stem(base_offset)
+        self.log_path = directory / f"{stem}.log"
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | (0 if load else os.O_TRUNC), 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.max_timestamp_offset = base_offset
+        self.first_batch_timestamp = -1
+        self.created_ms = now_ms
+        self.bytes_since_index = 0
+        self.deleted = False
+        self._index_bytes = index_bytes
+        self.index_error: str | None = None
+        try:
+            self.offset_index = OffsetIndex(directory / f"{stem}.index", base_offset, index_bytes, load=load)
+            self.time_index = TimeIndex(directory / f"{stem}.timeindex", base_offset, index_bytes, load=load)
+        except IndexCorrupt as exc:
+            self.index_error = str(exc)
+            self.offset_index = OffsetIndex(directory / f"{stem}.index", base_offset, index_bytes, load=False)
+            self.time_index = TimeIndex(directory / f"{stem}.timeindex", base_offset, index_bytes, load=False)
+        self.txn_index = TxnIndex(directory / f"{stem}.txnindex", load=load)
+
+    # -- reading headers ------------------------------------------------------------------------
+
+    def read_at(self, position: int, length: int) -> bytes:
+        return os.pread(self.fd, length, position)
+
+    def header_at(self, position: int) -> BatchHeader | None:
+        """The batch header at ``position``, or None at/after the end or if the tail is torn."""
+        if position + HEADER_SIZE > self.size:
+            return None
+        data = os.pread(self.fd, HEADER_SIZE, position)
+        if len(data) < HEADER_SIZE:
+            return None
+        header = BatchHeader.parse(data)
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or position + header.size > self.size:
+            return None
+        return header
+
+    def find(self, offset: int, start_position: int | None = None) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= ``offset``."""
+        position = self.offset_index.lookup(offset)[1] if start_position is None else start_position
+        while True:
+            header = self.header_at(position)
+            if header is None:
+                return None
+            if header.last_offset >= offset:
+                return position, header
+            position += header.size
+
+    def read_range(
+        self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
+    ) -> tuple[int, int, int]:
+        """(position, length, next offset) of whole batches from the one holding ``offset``.
+
+        Stops before ``max_bytes`` would be exceeded (but takes one batch when ``min_one_batch``),
+        and before any batch whose last offset reaches ``max_offset`` (exclusive bound).
+        """
+        found = self.find(offset)
+        if found is None:
+            return 0, 0, offset
+        start, first = found
+        header: BatchHeader | None = first
+        position, length, next_offset = start, 0, offset
+        while header is not None:
+            if max_offset is not None and header.last_offset >= max_offset:
+                break
+            if length + header.size > max_bytes and not (min_one_batch and length == 0):
+                break
+            length += header.size
+            next_offset = header.next_offset
+            position += header.size
+            header = self.header_at(position)
+        return start, length, next_offset
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview, batches: list[BatchInfo], interval_bytes: int) -> None:
+        """Write whole batches at the end and add index entries; all or nothing on disk."""
+        start = self.size
+        view = memoryview(data)
+        written = 0
+        try:
+            while written < len(view):
+                written += os.pwrite(self.fd, view[written:], start + written)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, start)
+            raise
+        self.size = start + written
+        for batch in batches:
+            self._track(batch.base_offset, batch.last_offset, batch.max_timestamp, start + batch.position,
+                        batch.size, interval_bytes)
+
+    def _track(self, base: int, last: int, max_ts: int, position: int, size: int, interval_bytes: int) -> None:
+        if self.first_batch_timestamp < 0 and position == 0:
+            self.first_batch_timestamp = max_ts
+        if max_ts > self.max_timestamp:
+            self.max_timestamp = max_ts
+            self.max_timestamp_offset = base
+        if self.bytes_since_index > interval_bytes:
+            self.offset_index.append(base, position)
+            self.time_index.maybe_append(self.max_timestamp, self.max_timestamp_offset)
+            self.bytes_since_index = 0
+        self.bytes_since_index += size
+        self.next_offset = last + 1
+
+    @property
+    def index_full(self) -> bool:
+        return self.offset_index.is_full or self.time_index.is_full
+
+    def roll_due(self, now_ms: int, segment_ms: int) -> bool:
+        """segment.ms elapsed since the first batch's timestamp (or the creation time)."""
+        if self.size == 0:
+            return False
+        since = self.first_batch_timestamp if self.first_batch_timestamp >= 0 else self.created_ms
+        return since >= 0 and now_ms - since > segment_ms
+
+    def seal(self) -> None:
+        """Make the time index end with the segment's max timestamp (done when it stops being active)."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.max_timestamp_offset)
+
+    def write_indexes(self) -> None:
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+
+    def fsync(self) -> None:
+        os.fsync(self.fd)
+        self.offset_index.fsync()
+        self.time_index.fsync()
+        self.txn_index.fsync()
+
+    # -- loading and recovery -------------------------------------------------------------------
+
+    def load_clean(self, interval_bytes: int) -> bool:
+        """After a clean shutdown: trust the indexes if sane, rebuilding what the scan needs.
+
+        Returns False when an index failed its sanity check (the caller then recovers the segment).
+        """
+        if self.index_error is not None:
+            return False
+        try:
+            self.offset_index.sanity_check(max(self.size, 1))
+        except IndexCorrupt as exc:
+            self.index_error = str(exc)
+            return False
+        first = self.header_at(0)
+        self.first_batch_timestamp = first.max_timestamp if first else -1
+        last_ts, last_ts_offset = self.time_index.last_entry
+        self.max_timestamp, self.max_timestamp_offset = last_ts, last_ts_offset
+        position = self.offset_index.lookup(2**63 - 1)[1]
+        header = self.header_at(position)
+        while header is not None:
+            self._track_tail(header, position)
+            position += header.size
+            header = self.header_at(position)
+        if position != self.size:
+            return False
+        try:
+            self.time_index.sanity_check(self.next_offset)
+        except IndexCorrupt as exc:
+            self.index_error = str(exc)
+            return False
+        self.bytes_since_index = self.size - self.offset_index.lookup(2**63 - 1)[1]
+        return True
+
+    def _track_tail(self, header: BatchHeader, position: int) -> None:
+        self.next_offset = header.next_offset
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.max_timestamp_offset = header.base_offset
+
+    def recover(self, interval_bytes: int) -> tuple[list[tuple[BatchHeader, int]], bool]:
+        """Validate every batch, rebuild the indexes, cut a torn or corrupt tail.
+
+        Returns the valid batches as (header, position) and whether anything was cut.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.txn_index.reset()
+        self.next_offset = self.base_offset
+        self.max_timestamp, self.max_timestamp_offset = -1, self.base_offset
+        self.first_batch_timestamp = -1
+        self.bytes_since_index = 0
+        batches: list[tuple[BatchHeader, int]] = []
+        position, file_size = 0, self.size
+        expected = self.base_offset
+        while position < file_size:
+            window = min(_RECOVERY_WINDOW, file_size - position)
+            result = scan_valid_prefix(os.pread(self.fd, window, position))
+            good = self._accept(result.batches, position, expected, interval_bytes, batches)
+            if good < len(result.batches):
+                position += result.batches[good][1]
+                break
+            if result.batches:
+                expected = result.batches[-1][0].next_offset
+            position += result.valid_bytes
+            if result.error is None:
+                continue
+            if position - result.valid_bytes + window >= file_size:
+                break  # the window reached the end of the file: a real torn or corrupt tail
+            if result.valid_bytes > 0:
+                continue  # the failing batch may only be cut by the window edge: re-read from it
+            big = self._single_large_batch(position, file_size)
+            if big is None or self._accept([big], position, expected, interval_bytes, batches) != 1:
+                break
+            expected = big[0].next_offset
+            position += big[0].size
+        truncated = position < file_size
+        if truncated:
+            os.ftruncate(self.fd, position)
+            self.size = position
+        return batches, truncated
+
+    def _single_large_batch(self, position: int, file_size: int) -> tuple[BatchHeader, int] | None:
+        """A batch that did not fit in a recovery window: validate it alone."""
+        head = os.pread(self.fd, LOG_OVERHEAD, position)
+        if len(head) < LOG_OVERHEAD:
+            return None
+        _, length = _SHALLOW.unpack(head)
+        if length < HEADER_SIZE - LOG_OVERHEAD or position + LOG_OVERHEAD + length > file_size:
+            return None
+        result = scan_valid_prefix(os.pread(self.fd, LOG_OVERHEAD + length, position))
+        return result.batches[0] if result.error is None and result.batches else None
+
+    def _accept(
+        self, found: list[tuple[BatchHeader, int]], window_start: int, expected: int, interval_bytes: int,
+        out: list[tuple[BatchHeader, int]],
+    ) -> int:
+        """Index valid batches in offset order; return how many were accepted."""
+        for i, (header, rel) in enumerate(found):
+            if header.base_offset < expected:
+                return i
+            position = window_start + rel
+            self._track(header.base_offset, header.last_offset, header.max_timestamp, position, header.size,
+                        interval_bytes)
+            out.append((header, position))
+            expected = header.next_offset
+        return len(found)
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch at or after ``offset`` (must be a batch boundary); return bytes removed."""
+        found = self.find(offset)
+        if found is None:
+            return 0
+        position = found[0]
+        removed = self.size - position
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
+        self.next_offset = self.base_offset
+        self.max_timestamp, self.max_timestamp_offset = -1, self.base_offset
+        self.first_batch_timestamp = -1 if position == 0 else self.first_batch_timestamp
+        position_i = self.offset_index.lookup(2**63 - 1)[1]
+        last_ts, last_ts_offset = self.time_index.last_entry
+        self.max_timestamp, self.max_timestamp_offset = last_ts, last_ts_offset
+        header = self.header_at(position_i)
+        while header is not None:
+            self._track_tail(header, position_i)
+            position_i += header.size
+            header = self.header_at(position_i)
+        self.bytes_since_index = self.size - self.offset_index.lookup(2**63 - 1)[1]
+        return removed
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def paths(self) -> list[Path]:
+        return [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self.offset_index.close()
+            self.time_index.close()
+            self.txn_index.close()
+            os.close(self.fd)
+            self.fd = -1
+
+    def mark_deleted(self) -> None:
+        """Rename every file with the ``.deleted`` suffix; the fd stays open for reads in flight."""
+        if self.deleted:
+            return
+        self.deleted = True
+        new_log = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
+        os.replace(self.log_path, new_log)
+        self.log_path = new_log
+        for index in (self.offset_index, self.time_index, self.txn_index):
+            index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
+
+    def delete_files(self) -> None:
+        self.close()
+        for path in self.paths():
+            path.unlink(missing_ok=True)
