@@ -1,0 +1,7 @@
+"""``python -m tidelog`` is the ``tidelog`` command."""
+
+import sys
+
+from tidelog.cli.main import main
+
+sys.exit(main())

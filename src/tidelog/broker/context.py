@@ -1,0 +1,66 @@
+"""What every request handler may use: the broker's shared state, built once by the node."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tidelog.broker.fetch_sessions import FetchSessionCache
+from tidelog.broker.producer_ids import ProducerIdAllocator
+from tidelog.broker.purgatory import FetchPurgatory
+from tidelog.broker.topic_admin import TopicAdmin
+from tidelog.common.config import BrokerConfig
+from tidelog.metadata.image import ClusterImage
+from tidelog.metadata.local_store import LocalMetadataStore
+from tidelog.storage.manager import LogManager
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One listener as clients should reach it."""
+
+    name: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+
+@dataclass(slots=True)
+class ConnectionInfo:
+    """Who is on the other end of a connection, for handlers and logs."""
+
+    peer: str
+    listener: Endpoint
+    client_id: str | None = None
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class BrokerContext:
+    config: BrokerConfig
+    node_id: int
+    cluster_id: str
+    store: LocalMetadataStore
+    logs: LogManager
+    topics: TopicAdmin
+    endpoints: list[Endpoint]
+    rack: str | None = None
+    purgatory: FetchPurgatory = field(default_factory=FetchPurgatory)
+    fetch_sessions: FetchSessionCache = field(default_factory=FetchSessionCache)
+    producer_ids: ProducerIdAllocator | None = None
+    now_ms: Callable[[], int] = wall_clock_ms
+
+    @property
+    def image(self) -> ClusterImage:
+        return self.store.image
+
+    def endpoint_for(self, listener: Endpoint) -> Endpoint:
+        """The advertised endpoint matching the listener a request arrived on."""
+        for endpoint in self.endpoints:
+            if endpoint.name == listener.name:
+                return endpoint
+        return self.endpoints[0]

@@ -1,0 +1,46 @@
+"""API key → handler. Only keys with a handler are advertised in ApiVersions.
+
+PROTOCOL_NOTES: never advertise what is not served (librdkafka starts using an API as soon as it is
+advertised), and advertise the ranges older clients look for (Produce from 0, handled by
+``protocol.apis.advertised_range``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tidelog.broker.context import BrokerContext, ConnectionInfo
+from tidelog.broker.handlers import cluster, configs, fetch, log_dirs, offsets, produce, topics
+from tidelog.protocol import apis
+from tidelog.protocol.apis import ApiKey
+from tidelog.protocol.headers import RequestHeader
+
+Handler = Callable[[BrokerContext, ConnectionInfo, RequestHeader, Any], Awaitable[Any]]
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.API_VERSIONS: cluster.api_versions,
+    ApiKey.METADATA: cluster.metadata,
+    ApiKey.DESCRIBE_CLUSTER: cluster.describe_cluster,
+    ApiKey.PRODUCE: produce.produce,
+    ApiKey.INIT_PRODUCER_ID: produce.init_producer_id,
+    ApiKey.FETCH: fetch.fetch,
+    ApiKey.LIST_OFFSETS: offsets.list_offsets,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch,
+    ApiKey.DELETE_RECORDS: offsets.delete_records,
+    ApiKey.CREATE_TOPICS: topics.create_topics,
+    ApiKey.DELETE_TOPICS: topics.delete_topics,
+    ApiKey.CREATE_PARTITIONS: topics.create_partitions,
+    ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
+    ApiKey.ALTER_CONFIGS: configs.alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
+    ApiKey.DESCRIBE_LOG_DIRS: log_dirs.describe_log_dirs,
+}
+
+
+def advertised_ranges() -> dict[int, tuple[int, int]]:
+    return {int(key): apis.advertised_range(key) for key in HANDLERS}
+
+
+def handler_for(api_key: int) -> Handler | None:
+    return HANDLERS.get(api_key)

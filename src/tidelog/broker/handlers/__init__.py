@@ -1,0 +1,1 @@
+"""One module per API family. A handler is ``async (ctx, conn, header, request) -> response | None``."""

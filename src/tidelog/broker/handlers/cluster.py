@@ -1,0 +1,153 @@
+"""ApiVersions, Metadata and DescribeCluster: what a client asks before anything else."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tidelog.broker.context import BrokerContext, ConnectionInfo
+from tidelog.broker.responses import NO_THROTTLE, builder
+from tidelog.common.errors import ErrorCode
+from tidelog.common.names import topic_name_problem
+from tidelog.metadata.image import TopicImage
+from tidelog.protocol.headers import RequestHeader
+
+log = logging.getLogger(__name__)
+
+API_VERSIONS, METADATA, DESCRIBE_CLUSTER = 18, 3, 60
+UNAUTHORIZED_OPERATIONS = -2147483648
+
+
+async def api_versions(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    from tidelog.broker.dispatch import advertised_ranges
+
+    b = builder(API_VERSIONS, header.api_version)
+    keys = tuple(
+        b.make("ApiVersion", api_key=key, min_version=low, max_version=high)
+        for key, (low, high) in sorted(advertised_ranges().items())
+    )
+    return b.make("ApiVersionsResponse", error_code=ErrorCode.NONE, api_keys=keys, throttle_time=NO_THROTTLE)
+
+
+def _topic_entry(ctx: BrokerContext, b: Any, topic: TopicImage) -> Any:
+    partitions = tuple(
+        b.make(
+            "MetadataResponsePartition",
+            error_code=ErrorCode.NONE,
+            partition_index=p.index,
+            leader_id=p.leader,
+            leader_epoch=p.leader_epoch,
+            replica_nodes=p.replicas,
+            isr_nodes=p.isr,
+            offline_replicas=(),
+        )
+        for p in topic.partitions
+    )
+    return b.make(
+        "MetadataResponseTopic",
+        error_code=ErrorCode.NONE,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        is_internal=topic.is_internal,
+        partitions=partitions,
+        topic_authorized_operations=UNAUTHORIZED_OPERATIONS,
+    )
+
+
+def _error_entry(b: Any, name: str | None, topic_id: Any, code: ErrorCode) -> Any:
+    return b.make(
+        "MetadataResponseTopic",
+        error_code=code,
+        name=name,
+        topic_id=topic_id,
+        is_internal=False,
+        partitions=(),
+        topic_authorized_operations=UNAUTHORIZED_OPERATIONS,
+    )
+
+
+async def metadata(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    b = builder(METADATA, header.api_version)
+    image = ctx.image
+    entries = []
+    if request.topics is None:
+        entries = [_topic_entry(ctx, b, t) for t in image.topics.values()]
+    else:
+        auto_create = bool(ctx.config.get("auto.create.topics.enable")) and getattr(
+            request, "allow_auto_topic_creation", True
+        )
+        for wanted in request.topics:
+            name = wanted.name
+            topic_id = getattr(wanted, "topic_id", None)
+            if name is None and topic_id is not None:
+                found = image.topic_by_id(topic_id)
+                entries.append(
+                    _topic_entry(ctx, b, found)
+                    if found
+                    else _error_entry(b, None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID)
+                )
+                continue
+            topic = image.topics.get(name) if name is not None else None
+            if topic is not None:
+                entries.append(_topic_entry(ctx, b, topic))
+            elif name is None or topic_name_problem(name):
+                entries.append(_error_entry(b, name, None, ErrorCode.INVALID_TOPIC_EXCEPTION))
+            elif auto_create:
+                entries.append(_auto_create(ctx, b, name))
+            else:
+                entries.append(_error_entry(b, name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    endpoint = ctx.endpoint_for(conn.listener)
+    broker = b.make("MetadataResponseBroker", node_id=ctx.node_id, host=endpoint.host, port=endpoint.port, rack=ctx.rack)
+    return b.make(
+        "MetadataResponse",
+        throttle_time=NO_THROTTLE,
+        brokers=(broker,),
+        cluster_id=ctx.cluster_id,
+        controller_id=ctx.node_id,
+        topics=tuple(entries),
+        cluster_authorized_operations=UNAUTHORIZED_OPERATIONS,
+        error_code=ErrorCode.NONE,
+    )
+
+
+def _auto_create(ctx: BrokerContext, b: Any, name: str) -> Any:
+    outcome = ctx.topics.create_topic(name, -1, -1)
+    if outcome.error is ErrorCode.TOPIC_ALREADY_EXISTS:
+        existing = ctx.image.topics.get(name)
+        if existing is not None:
+            return _topic_entry(ctx, b, existing)
+    if not outcome.ok or outcome.topic is None:
+        log.info("auto-creating topic %s failed: %s", name, outcome.message)
+        return _error_entry(b, name, None, outcome.error)
+    # Kafka answers the creating request with LEADER_NOT_AVAILABLE and the client asks again; here the
+    # topic and its logs exist as soon as create_topic returns, so it is described at once.
+    return _topic_entry(ctx, b, outcome.topic)
+
+
+async def describe_cluster(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    b = builder(DESCRIBE_CLUSTER, header.api_version)
+    endpoint_type = getattr(request, "endpoint_type", 1)
+    if endpoint_type != 1:
+        return b.make(
+            "DescribeClusterResponse",
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+            error_message="The broker only serves endpoint type 1 (brokers).",
+            endpoint_type=endpoint_type,
+            cluster_id=ctx.cluster_id,
+            controller_id=-1,
+            brokers=(),
+        )
+    endpoint = ctx.endpoint_for(conn.listener)
+    broker = b.make("DescribeClusterBroker", broker_id=ctx.node_id, host=endpoint.host, port=endpoint.port, rack=ctx.rack)
+    return b.make(
+        "DescribeClusterResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.NONE,
+        error_message=None,
+        endpoint_type=1,
+        cluster_id=ctx.cluster_id,
+        controller_id=ctx.node_id,
+        brokers=(broker,),
+        cluster_authorized_operations=UNAUTHORIZED_OPERATIONS,
+    )

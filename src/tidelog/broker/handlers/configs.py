@@ -1,0 +1,233 @@
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and brokers.
+
+A topic setting's value is the topic's override if it has one (source DYNAMIC_TOPIC_CONFIG), else the
+broker's value of its synonym (``retention.ms`` ← ``log.retention.ms``: STATIC_BROKER_CONFIG from the
+properties file, DYNAMIC_DEFAULT_BROKER_CONFIG when altered at run time), else Kafka's default
+(DEFAULT_CONFIG). With ``include_synonyms`` every level that has a value is listed, most specific first.
+Broker settings can be altered only where Kafka's are dynamic; the rest are read-only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tidelog.broker.context import BrokerContext, ConnectionInfo
+from tidelog.broker.responses import NO_THROTTLE, builder
+from tidelog.common.config import (
+    BROKER_SETTINGS,
+    TOPIC_SETTINGS,
+    ConfigSource,
+    Setting,
+    Value,
+    parse_topic_configs,
+)
+from tidelog.common.errors import ConfigError, ErrorCode, KafkaError
+from tidelog.metadata.image import TopicImage
+from tidelog.protocol.headers import RequestHeader
+
+DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
+TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: ConfigSource
+    read_only: bool
+    sensitive: bool
+    setting: Setting
+    synonyms: tuple[tuple[str, str | None, ConfigSource], ...]
+
+
+def topic_config_entries(ctx: BrokerContext, topic: TopicImage) -> Iterator[ConfigEntry]:
+    for name, setting in sorted(TOPIC_SETTINGS.items()):
+        synonyms: list[tuple[str, str | None, ConfigSource]] = []
+        if name in topic.configs:
+            synonyms.append((name, setting.render(topic.configs[name]), ConfigSource.DYNAMIC_TOPIC_CONFIG))
+        default_value, default_source, broker_key = ctx.config.topic_default(name)
+        if broker_key is not None:
+            synonyms.append((broker_key, setting.render(default_value), default_source))
+        value, source = (synonyms[0][1], synonyms[0][2]) if synonyms else (setting.render(setting.default), ConfigSource.DEFAULT_CONFIG)
+        yield ConfigEntry(name, value, source, False, setting.sensitive, setting, tuple(synonyms))
+
+
+def broker_config_entries(ctx: BrokerContext) -> Iterator[ConfigEntry]:
+    for name, setting in sorted(BROKER_SETTINGS.items()):
+        source = ctx.config.source(name)
+        value = None if setting.sensitive else setting.render(ctx.config.get(name))
+        synonyms = ((name, value, source),) if source is not ConfigSource.DEFAULT_CONFIG else ()
+        yield ConfigEntry(name, value, source, not setting.dynamic, setting.sensitive, setting, synonyms)
+
+
+def _describe_one(ctx: BrokerContext, b: Any, resource: Any, synonyms: bool, docs: bool) -> Any:
+    def result(error: ErrorCode, message: str | None, configs: tuple[Any, ...] = ()) -> Any:
+        return b.make(
+            "DescribeConfigsResult",
+            error_code=error,
+            error_message=message,
+            resource_type=resource.resource_type,
+            resource_name=resource.resource_name,
+            configs=configs,
+        )
+
+    if resource.resource_type == TOPIC:
+        topic = ctx.image.topics.get(resource.resource_name)
+        if topic is None:
+            return result(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {resource.resource_name} does not exist")
+        entries = list(topic_config_entries(ctx, topic))
+    elif resource.resource_type == BROKER:
+        if resource.resource_name not in ("", str(ctx.node_id)):
+            return result(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {ctx.node_id} but received {resource.resource_name}")
+        entries = list(broker_config_entries(ctx))
+    elif resource.resource_type == BROKER_LOGGER:
+        entries = []
+    else:
+        return result(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}")
+    wanted = resource.configuration_keys
+    if wanted is not None:
+        entries = [e for e in entries if e.name in wanted]
+    configs = tuple(
+        b.make(
+            "DescribeConfigsResourceResult",
+            name=e.name,
+            value=e.value,
+            read_only=e.read_only,
+            config_source=int(e.source),
+            is_sensitive=e.sensitive,
+            is_default=e.source is ConfigSource.DEFAULT_CONFIG,
+            synonyms=tuple(
+                b.make("DescribeConfigsSynonym", name=n, value=v, source=int(s)) for n, v, s in e.synonyms
+            ) if synonyms else (),
+            config_type=e.setting.type.value,
+            documentation=e.setting.doc if docs else None,
+        )
+        for e in entries
+    )
+    return result(ErrorCode.NONE, None, configs)
+
+
+async def describe_configs(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    b = builder(DESCRIBE_CONFIGS, header.api_version)
+    synonyms = getattr(request, "include_synonyms", False)
+    docs = getattr(request, "include_documentation", False)
+    results = tuple(_describe_one(ctx, b, r, synonyms, docs) for r in request.resources)
+    return b.make("DescribeConfigsResponse", throttle_time=NO_THROTTLE, results=results)
+
+
+# -- altering -------------------------------------------------------------------------------------
+
+
+def _apply_incremental(current: dict[str, Value], changes: Any, settings: dict[str, Setting]) -> dict[str, Value]:
+    updated = dict(current)
+    seen: set[str] = set()
+    for change in changes:
+        if change.name in seen:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {change.name}")
+        seen.add(change.name)
+        setting = settings.get(change.name)
+        if setting is None:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {change.name}")
+        op = change.config_operation
+        if op == DELETE:
+            updated.pop(change.name, None)
+            continue
+        try:
+            value = setting.parse(change.value)
+        except ConfigError as exc:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        if op == SET:
+            updated[change.name] = value
+        elif op in (APPEND, SUBTRACT):
+            if setting.type.name != "LIST":
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Config value append is not allowed for config key: {change.name}")
+            base = list(updated.get(change.name) or setting.default or [])  # type: ignore[arg-type]
+            assert isinstance(value, list)
+            if op == APPEND:
+                updated[change.name] = base + [v for v in value if v not in base]
+            else:
+                updated[change.name] = [v for v in base if v not in value]
+        else:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {op}")
+    return updated
+
+
+def _replace_all(changes: Any, settings: dict[str, Setting]) -> dict[str, Value]:
+    pairs = [(c.name, c.value) for c in changes]
+    if settings is TOPIC_SETTINGS:
+        try:
+            return parse_topic_configs(pairs)
+        except ConfigError as exc:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    updated: dict[str, Value] = {}
+    for name, raw in pairs:
+        setting = settings.get(name)
+        if setting is None:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {name}")
+        try:
+            updated[name] = setting.parse(raw)
+        except ConfigError as exc:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    return updated
+
+
+def _alter_one(ctx: BrokerContext, resource: Any, incremental: bool, validate_only: bool) -> tuple[ErrorCode, str | None]:
+    try:
+        if resource.resource_type == TOPIC:
+            topic = ctx.image.topics.get(resource.resource_name)
+            if topic is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {resource.resource_name} does not exist")
+            if incremental:
+                overrides = _apply_incremental(dict(topic.configs), resource.configs, TOPIC_SETTINGS)
+            else:
+                overrides = _replace_all(resource.configs, TOPIC_SETTINGS)
+            outcome = ctx.topics.set_topic_configs(topic.name, overrides, validate_only)
+            if not outcome.ok:
+                raise KafkaError(outcome.error, outcome.message or "")
+        elif resource.resource_type == BROKER:
+            if resource.resource_name not in ("", str(ctx.node_id)):
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id {resource.resource_name}")
+            if incremental:
+                values = _apply_incremental(dict(ctx.config.dynamic), resource.configs, BROKER_SETTINGS)
+            else:
+                values = _replace_all(resource.configs, BROKER_SETTINGS)
+            static = sorted(k for k in values if not BROKER_SETTINGS[k].dynamic)
+            if static:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {set(static)}")
+            ctx.topics.set_broker_configs(values, validate_only)
+        elif resource.resource_type == BROKER_LOGGER:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker loggers cannot be altered")
+        else:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}")
+    except KafkaError as exc:
+        return exc.code, exc.message or None
+    return ErrorCode.NONE, None
+
+
+async def _alter(ctx: BrokerContext, header: RequestHeader, request: Any, api_key: int, incremental: bool) -> Any:
+    b = builder(api_key, header.api_version)
+    responses = []
+    for resource in request.resources:
+        error, message = _alter_one(ctx, resource, incremental, request.validate_only)
+        responses.append(
+            b.make(
+                "AlterConfigsResourceResponse",
+                error_code=error,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+        )
+    top = "IncrementalAlterConfigsResponse" if incremental else "AlterConfigsResponse"
+    return b.make(top, throttle_time=NO_THROTTLE, responses=tuple(responses))
+
+
+async def alter_configs(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    return await _alter(ctx, header, request, ALTER_CONFIGS, incremental=False)
+
+
+async def incremental_alter_configs(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    return await _alter(ctx, header, request, INCREMENTAL_ALTER_CONFIGS, incremental=True)

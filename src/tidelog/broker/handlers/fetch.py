@@ -1,0 +1,196 @@
+"""Fetch: whole batches from the segment files, long-polled until ``min_bytes`` or ``max_wait_ms``.
+
+The rules, Kafka's:
+
+- Each partition returns at most ``partition_max_bytes`` and the response at most ``max_bytes``, except
+  that the first partition with data always returns at least its first whole batch (KIP-74), so a
+  batch larger than the limits never blocks a consumer.
+- Reads stop at the high watermark (read_uncommitted) or the last stable offset (read_committed);
+  read_committed responses list the aborted transactions overlapping the returned range.
+- When fewer than ``min_bytes`` are available and no partition has an error, the fetch waits in the
+  purgatory; an append to any of its partitions wakes it to read again. It answers when enough bytes
+  are there or ``max_wait_ms`` has passed, never by polling.
+- With a fetch session (KIP-227) an incremental response lists only partitions with news.
+
+Record bytes go out as they sit in the segment: one ``pread`` per range, no per-record work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from tidelog.broker.context import BrokerContext, ConnectionInfo
+from tidelog.broker.fetch_sessions import FetchContext, SessionPartition, TopicPartition
+from tidelog.broker.handlers.common import check_leader_epoch, partition_log
+from tidelog.broker.responses import NO_THROTTLE, builder
+from tidelog.common.errors import ErrorCode, KafkaError
+from tidelog.protocol.headers import RequestHeader
+
+log = logging.getLogger(__name__)
+
+FETCH = 1
+READ_COMMITTED = 1
+
+
+@dataclass(slots=True)
+class PartitionRead:
+    tp: TopicPartition
+    state: SessionPartition
+    error: ErrorCode = ErrorCode.NONE
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    data: Any = None  # storage FetchData, or None
+    size: int = 0
+    aborted: list[tuple[int, int]] | None = None
+
+
+def _requested_partitions(ctx: BrokerContext, request: Any, version: int) -> tuple[
+    list[tuple[TopicPartition, SessionPartition]], list[TopicPartition], dict[TopicPartition, int]
+]:
+    """(tp, state) per requested partition, forgotten tps, and requested leader epochs."""
+    image = ctx.image
+    requested: list[tuple[TopicPartition, SessionPartition]] = []
+    epochs: dict[TopicPartition, int] = {}
+    for topic in request.topics:
+        name, topic_id = _topic_name(image, topic, version)
+        for p in topic.partitions:
+            tp = (name, p.partition)
+            requested.append((tp, SessionPartition(p.fetch_offset, p.partition_max_bytes, topic_id)))
+            epochs[tp] = getattr(p, "current_leader_epoch", -1)
+    forgotten = []
+    for topic in getattr(request, "forgotten_topics_data", ()):
+        name, _ = _topic_name(image, topic, version)
+        forgotten.extend((name, index) for index in topic.partitions)
+    return requested, forgotten, epochs
+
+
+def _topic_name(image: Any, topic: Any, version: int) -> tuple[str, Any]:
+    if version >= 13:
+        found = image.topic_by_id(topic.topic_id)
+        # An unknown id maps to a name no topic can have, so lookups fail with UNKNOWN_TOPIC_ID below.
+        return (found.name if found else f"\x00{topic.topic_id}"), topic.topic_id
+    return topic.topic, None
+
+
+def _read_partition(
+    ctx: BrokerContext, tp: TopicPartition, state: SessionPartition, leader_epoch: int,
+    max_bytes: int, min_one_batch: bool, read_committed: bool,
+) -> PartitionRead:
+    result = PartitionRead(tp, state)
+    topic, partition = tp
+    try:
+        if topic.startswith("\x00"):
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)
+        plog = partition_log(ctx, topic, partition)
+        check_leader_epoch(ctx, topic, partition, leader_epoch)
+        limit = plog.last_stable_offset if read_committed else plog.high_watermark
+        data = plog.read(state.fetch_offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch)
+        result.data = data
+        result.size = data.size
+        result.high_watermark = plog.high_watermark
+        result.last_stable_offset = plog.last_stable_offset
+        result.log_start_offset = plog.log_start_offset
+        if read_committed:
+            result.aborted = plog.aborted_transactions(state.fetch_offset, data.end_offset) if data.size else []
+    except KafkaError as exc:
+        result.error = exc.code
+        if exc.code is ErrorCode.KAFKA_STORAGE_ERROR:
+            log.error("fetch from %s-%d failed: %s", topic, partition, exc)
+    except Exception:
+        log.exception("fetch from %s-%d failed", topic, partition)
+        result.error = ErrorCode.UNKNOWN_SERVER_ERROR
+    return result
+
+
+def _read_all(
+    ctx: BrokerContext, fetch_ctx: FetchContext, epochs: dict[TopicPartition, int], max_bytes: int, read_committed: bool
+) -> list[PartitionRead]:
+    results = []
+    remaining = max_bytes
+    for tp, state in fetch_ctx.partitions:
+        first_with_data = remaining == max_bytes
+        budget = max(0, min(state.max_bytes, remaining))
+        result = _read_partition(ctx, tp, state, epochs.get(tp, -1), budget, first_with_data, read_committed)
+        remaining -= result.size
+        results.append(result)
+    return results
+
+
+async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    version = header.api_version
+    b = builder(FETCH, version)
+    requested, forgotten, epochs = _requested_partitions(ctx, request, version)
+    fetch_ctx = ctx.fetch_sessions.new_context(
+        getattr(request, "session_id", 0), getattr(request, "session_epoch", -1), requested, forgotten, ctx.now_ms()
+    )
+    if fetch_ctx.error is not ErrorCode.NONE:
+        return b.make("FetchResponse", throttle_time=NO_THROTTLE, error_code=fetch_ctx.error, session_id=0, responses=())
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    max_bytes = max(0, getattr(request, "max_bytes", 2**31 - 1))
+    max_wait_ms = max(0, int(request.max_wait.total_seconds() * 1000))
+    deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
+    tps = [tp for tp, _ in fetch_ctx.partitions]
+    while True:
+        results = _read_all(ctx, fetch_ctx, epochs, max_bytes, read_committed)
+        enough = sum(r.size for r in results) >= request.min_bytes
+        errors = any(r.error is not ErrorCode.NONE for r in results)
+        remaining = deadline - asyncio.get_running_loop().time()
+        if enough or errors or remaining <= 0 or not tps or ctx.purgatory.closed:
+            break
+        woken = asyncio.Event()
+        ctx.purgatory.watch(tps, woken)
+        try:
+            await asyncio.wait_for(woken.wait(), remaining)
+        except TimeoutError:
+            pass
+        finally:
+            ctx.purgatory.unwatch(tps, woken)
+    return _response(b, fetch_ctx, results, version)
+
+
+def _response(b: Any, fetch_ctx: FetchContext, results: list[PartitionRead], version: int) -> Any:
+    by_topic: dict[str, list[Any]] = {}
+    topic_ids: dict[str, Any] = {}
+    for r in results:
+        has_records = r.size > 0
+        if not fetch_ctx.should_include(
+            r.tp, r.state, has_records=has_records, error=r.error, high_watermark=r.high_watermark,
+            last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
+        ):
+            continue
+        aborted = None
+        if r.aborted is not None:
+            aborted = tuple(
+                b.make("AbortedTransaction", producer_id=pid, first_offset=first) for pid, first in r.aborted
+            )
+        records = r.data.read_bytes() if has_records else b""
+        topic, partition = r.tp
+        topic_ids[topic] = r.state.topic_id
+        by_topic.setdefault(topic, []).append(
+            b.make(
+                "PartitionData",
+                partition_index=partition,
+                error_code=r.error,
+                high_watermark=r.high_watermark,
+                last_stable_offset=r.last_stable_offset,
+                log_start_offset=r.log_start_offset,
+                aborted_transactions=aborted,
+                preferred_read_replica=-1,
+                records=records,
+            )
+        )
+    responses = tuple(
+        b.make("FetchableTopicResponse", topic=topic, topic_id=topic_ids[topic], partitions=tuple(parts))
+        for topic, parts in by_topic.items()
+    )
+    return b.make(
+        "FetchResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.NONE,
+        session_id=fetch_ctx.response_session_id,
+        responses=responses,
+    )

@@ -1,0 +1,44 @@
+"""DescribeLogDirs: each log dir's health, free space and partition sizes."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+from tidelog.broker.context import BrokerContext, ConnectionInfo
+from tidelog.broker.responses import NO_THROTTLE, builder
+from tidelog.common.errors import ErrorCode
+from tidelog.protocol.headers import RequestHeader
+
+DESCRIBE_LOG_DIRS = 35
+
+
+async def describe_log_dirs(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    b = builder(DESCRIBE_LOG_DIRS, header.api_version)
+    wanted: dict[str, set[int]] | None = None
+    if request.topics is not None:
+        wanted = {t.topic: set(t.partitions) for t in request.topics}
+    results = []
+    for info in ctx.logs.describe_log_dirs():
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, partition), size in sorted(info.partition_sizes.items()):
+            if wanted is not None and partition not in wanted.get(topic, ()):
+                continue
+            by_topic.setdefault(topic, []).append(
+                b.make("DescribeLogDirsPartition", partition_index=partition, partition_size=size, offset_lag=0, is_future_key=False)
+            )
+        total, usable = -1, -1
+        if not info.offline:
+            usage = shutil.disk_usage(info.path)
+            total, usable = usage.total, usage.free
+        results.append(
+            b.make(
+                "DescribeLogDirsResult",
+                error_code=ErrorCode.KAFKA_STORAGE_ERROR if info.offline else ErrorCode.NONE,
+                log_dir=str(info.path),
+                topics=tuple(b.make("DescribeLogDirsTopic", name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+                total_bytes=total,
+                usable_bytes=usable,
+            )
+        )
+    return b.make("DescribeLogDirsResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.NONE, results=tuple(results))

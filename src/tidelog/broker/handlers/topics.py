@@ -1,0 +1,112 @@
+"""CreateTopics, DeleteTopics and CreatePartitions."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tidelog.broker.context import BrokerContext, ConnectionInfo
+from tidelog.broker.handlers.configs import topic_config_entries
+from tidelog.broker.responses import NO_THROTTLE, builder
+from tidelog.common.errors import ErrorCode
+from tidelog.protocol.headers import RequestHeader
+
+log = logging.getLogger(__name__)
+
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+
+
+async def create_topics(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    b = builder(CREATE_TOPICS, header.api_version)
+    names = [t.name for t in request.topics]
+    duplicates = {n for n in names if names.count(n) > 1}
+    results = []
+    for topic in request.topics:
+        if topic.name in duplicates:
+            results.append(
+                b.make(
+                    "CreatableTopicResult", name=topic.name, topic_id=None, error_code=ErrorCode.INVALID_REQUEST,
+                    error_message=f"Create topics request from client `{conn.client_id}` contains multiple entries "
+                    f"for the following topics: {topic.name}", num_partitions=-1, replication_factor=-1, configs=None,
+                )
+            )
+            continue
+        outcome = ctx.topics.create_topic(
+            topic.name,
+            topic.num_partitions,
+            topic.replication_factor,
+            [(a.partition_index, a.broker_ids) for a in topic.assignments],
+            [(c.name, c.value) for c in topic.configs],
+            request.validate_only,
+        )
+        created = outcome.topic
+        configs = None
+        if created is not None and b.has("CreatableTopicResult", "configs"):
+            configs = tuple(
+                b.make(
+                    "CreatableTopicConfigs", name=e.name, value=e.value, read_only=e.read_only,
+                    config_source=int(e.source), is_sensitive=e.sensitive,
+                )
+                for e in topic_config_entries(ctx, created)
+            )
+        results.append(
+            b.make(
+                "CreatableTopicResult",
+                name=topic.name,
+                topic_id=created.topic_id if created is not None and not request.validate_only else None,
+                error_code=outcome.error,
+                error_message=outcome.message,
+                num_partitions=len(created.partitions) if created is not None else -1,
+                replication_factor=len(created.partitions[0].replicas) if created is not None else -1,
+                configs=configs,
+            )
+        )
+    return b.make("CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+async def delete_topics(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    b = builder(DELETE_TOPICS, header.api_version)
+    if hasattr(request, "topic_names"):
+        wanted = [(name, None) for name in request.topic_names]
+    else:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    results = []
+    for name, topic_id in wanted:
+        error, message = ErrorCode.NONE, None
+        if name is None and topic_id is not None:
+            found = ctx.image.topic_by_id(topic_id)
+            if found is None:
+                results.append(b.make("DeletableTopicResult", name=None, topic_id=topic_id, error_code=ErrorCode.UNKNOWN_TOPIC_ID, error_message=None))
+                continue
+            name = found.name
+        topic = ctx.image.topics.get(name)
+        if topic is not None and topic.is_internal:
+            error, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Internal topics cannot be deleted"
+        else:
+            outcome = ctx.topics.delete_topic(name)
+            error, message = outcome.error, outcome.message
+            if outcome.ok:
+                ctx.purgatory.notify_all()
+        results.append(
+            b.make(
+                "DeletableTopicResult", name=name, topic_id=topic.topic_id if topic is not None else topic_id,
+                error_code=error, error_message=message,
+            )
+        )
+    return b.make("DeleteTopicsResponse", throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+async def create_partitions(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    b = builder(CREATE_PARTITIONS, header.api_version)
+    results = []
+    for topic in request.topics:
+        bad = [r for a in topic.assignments or () for r in a.broker_ids if r != ctx.node_id]
+        if bad:
+            error, message = ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unknown broker {bad[0]} in the assignment."
+        else:
+            outcome = ctx.topics.create_partitions(topic.name, topic.count, request.validate_only)
+            error, message = outcome.error, outcome.message
+        results.append(
+            b.make("CreatePartitionsTopicResult", name=topic.name, error_code=error, error_message=message)
+        )
+    return b.make("CreatePartitionsResponse", throttle_time=NO_THROTTLE, results=tuple(results))

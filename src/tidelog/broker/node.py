@@ -1,0 +1,140 @@
+"""The composition root: build a single-node broker from its configuration, run it, stop it.
+
+Start-up order: check/create ``meta.properties`` in each log dir (cluster and node identity), load the
+metadata image, open every partition log (recovering after an unclean shutdown), repair logs the image
+and the disk disagree on, open the listeners, then print the ``started`` line. Shutdown reverses it:
+stop accepting, let in-flight requests finish, flush and checkpoint the logs, write the clean-shutdown
+marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pathlib
+import signal
+from urllib.parse import urlsplit
+
+from tidelog.broker.context import BrokerContext, Endpoint
+from tidelog.broker.producer_ids import ProducerIdAllocator
+from tidelog.broker.server import Server
+from tidelog.broker.topic_admin import TopicAdmin
+from tidelog.common.config import BrokerConfig
+from tidelog.common.errors import ConfigError
+from tidelog.metadata.local_store import LocalMetadataStore
+from tidelog.metadata.meta_properties import ensure_meta_properties
+from tidelog.storage.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+
+def parse_listeners(value: list[str], protocol_map: str) -> list[Endpoint]:
+    """``NAME://host:port`` entries → endpoints; the security protocol comes from the listener map."""
+    protocols = dict(item.split(":", 1) for item in protocol_map.split(",") if ":" in item)
+    endpoints = []
+    for entry in value:
+        parts = urlsplit(entry)
+        if not parts.scheme or parts.port is None:
+            raise ConfigError(f"Invalid value {entry!r} for configuration listeners: expected NAME://host:port")
+        name = parts.scheme.upper()
+        protocol = protocols.get(name)
+        if protocol is None:
+            raise ConfigError(f"listener {name} is not in listener.security.protocol.map")
+        if protocol != "PLAINTEXT":
+            raise ConfigError(f"listener {name}: security protocol {protocol} is not supported yet (PLAINTEXT only)")
+        endpoints.append(Endpoint(name, parts.hostname or "", parts.port, protocol))
+    if not endpoints:
+        raise ConfigError("listeners must name at least one listener")
+    return endpoints
+
+
+class BrokerNode:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id = config.get_int("node.id")
+        log_dirs = config.get("log.dirs")
+        assert isinstance(log_dirs, list)
+        self.log_dirs = [pathlib.Path(d).resolve() for d in log_dirs]
+        protocol_map = str(config.get("listener.security.protocol.map"))
+        listeners = config.get("listeners")
+        assert isinstance(listeners, list)
+        self.listeners = parse_listeners(listeners, protocol_map)
+        advertised = config.get("advertised.listeners")
+        self.advertised = parse_listeners(advertised, protocol_map) if isinstance(advertised, list) else None
+        self.server: Server | None = None
+        self.ctx: BrokerContext | None = None
+        self.logs: LogManager | None = None
+        self._stop = asyncio.Event()
+
+    def open_storage(self) -> BrokerContext:
+        for directory in self.log_dirs:
+            directory.mkdir(parents=True, exist_ok=True)
+        cluster_id = ensure_meta_properties(self.log_dirs, self.node_id, self._optional_str("cluster.id"))
+        store = LocalMetadataStore(self.log_dirs[0], cluster_id)
+        self.config.dynamic = dict(store.image.broker_configs)
+        self.logs = LogManager.from_broker_config(self.log_dirs, self.config)
+        self.logs.startup()
+        topics = TopicAdmin(self.config, store, self.logs, self.node_id)
+        topics.reconcile_logs()
+        self.ctx = BrokerContext(
+            config=self.config,
+            node_id=self.node_id,
+            cluster_id=cluster_id,
+            store=store,
+            logs=self.logs,
+            topics=topics,
+            endpoints=[],
+            rack=self._optional_str("broker.rack"),
+        )
+        self.ctx.producer_ids = ProducerIdAllocator(store)
+        return self.ctx
+
+    def _optional_str(self, key: str) -> str | None:
+        value = self.config.get(key)
+        return None if value is None else str(value)
+
+    async def start(self) -> None:
+        ctx = await asyncio.get_running_loop().run_in_executor(None, self.open_storage)
+        self.server = Server(
+            ctx,
+            max_frame_bytes=self.config.get_int("socket.request.max.bytes"),
+            send_buffer=self.config.get_int("socket.send.buffer.bytes"),
+            receive_buffer=self.config.get_int("socket.receive.buffer.bytes"),
+        )
+        await self.server.listen(self.listeners)
+        ctx.endpoints = self._advertised_endpoints(self.server.bound)
+        assert self.logs is not None
+        self.logs.start_background()
+        listeners = ",".join(f"{e.name}://{e.host}:{e.port}" for e in self.server.bound)
+        log.info(
+            "tidelog started: node %d, cluster %s, listeners %s, log dirs %s",
+            self.node_id, ctx.cluster_id, listeners, ",".join(map(str, self.log_dirs)),
+        )
+
+    def _advertised_endpoints(self, bound: list[Endpoint]) -> list[Endpoint]:
+        if self.advertised is not None:
+            return self.advertised
+        # Unset: advertise what we bound, with a wildcard host replaced by something reachable.
+        return [
+            Endpoint(e.name, e.host if e.host not in ("", "0.0.0.0", "::") else "127.0.0.1", e.port, e.security_protocol)
+            for e in bound
+        ]
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.close()
+        if self.logs is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.logs.shutdown)
+        log.info("tidelog stopped cleanly")
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run_until_signalled(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        await self.start()
+        await self._stop.wait()
+        log.info("shutting down")
+        await self.stop()

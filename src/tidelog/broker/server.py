@@ -1,0 +1,166 @@
+"""The network shell: accept connections, read frames, dispatch, write responses. Nothing else.
+
+Each connection is one task that handles its requests one at a time, in order, as Kafka does (a
+client that pipelines gets its responses in request order; a long-polling fetch holds back the
+requests queued behind it on the same connection only). All decisions live in the handlers; this
+module only maps codec failures to Kafka's reaction:
+
+- framing error, unknown key, unsupported version (except ApiVersions), malformed body → log once
+  (rate limited per client address) and close the connection;
+- ApiVersions at a version we do not know → the v0-format error response, keep serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections import defaultdict
+
+from tidelog.broker.context import BrokerContext, ConnectionInfo, Endpoint
+from tidelog.broker.dispatch import handler_for
+from tidelog.protocol.codec import decode_request, encode_api_versions_unsupported, encode_response
+from tidelog.protocol.errors import Hint, ProtocolError, UnknownApiKey
+from tidelog.protocol.framing import FrameDecoder
+from tidelog.protocol.headers import parse_request_header
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK = 256 * 1024
+WRITE_HIGH_WATER = 4 * 1024 * 1024
+
+
+class RateLimitedLog:
+    """At most ``burst`` messages per client host per ``window_s``; then one 'suppressed' note."""
+
+    def __init__(self, burst: int = 10, window_s: float = 60.0) -> None:
+        self.burst = burst
+        self.window_s = window_s
+        self._seen: defaultdict[str, list[float]] = defaultdict(list)
+
+    def warning(self, host: str, message: str, *args: object) -> None:
+        now = time.monotonic()
+        recent = [t for t in self._seen[host] if now - t < self.window_s]
+        recent.append(now)
+        self._seen[host] = recent
+        if len(recent) <= self.burst:
+            log.warning(message, *args)
+        elif len(recent) == self.burst + 1:
+            log.warning("further protocol errors from %s suppressed for %.0f s", host, self.window_s)
+        if len(self._seen) > 10_000:
+            self._seen.clear()
+
+
+class Server:
+    def __init__(self, ctx: BrokerContext, max_frame_bytes: int, send_buffer: int = -1, receive_buffer: int = -1) -> None:
+        self.ctx = ctx
+        self.max_frame_bytes = max_frame_bytes
+        self.send_buffer = send_buffer
+        self.receive_buffer = receive_buffer
+        self.protocol_log = RateLimitedLog()
+        self._servers: list[asyncio.Server] = []
+        self._connections: set[asyncio.Task[None]] = set()
+        self._busy: set[asyncio.Task[None]] = set()
+        self.bound: list[Endpoint] = []
+
+    async def listen(self, listeners: list[Endpoint]) -> None:
+        for listener in listeners:
+            host = listener.host or "0.0.0.0"
+            server = await asyncio.start_server(
+                lambda r, w, lst=listener: self._accept(r, w, lst), host, listener.port, limit=READ_CHUNK, reuse_address=True
+            )
+            port = server.sockets[0].getsockname()[1]
+            self.bound.append(Endpoint(listener.name, listener.host, port, listener.security_protocol))
+            self._servers.append(server)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: Endpoint) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.send_buffer > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
+                if self.receive_buffer > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
+            writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+            await self._serve(reader, writer, listener, task)
+        finally:
+            self._connections.discard(task)
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: Endpoint, task: asyncio.Task[None]
+    ) -> None:
+        peername = writer.get_extra_info("peername")
+        peer = f"{peername[0]}:{peername[1]}" if peername else "?"
+        conn = ConnectionInfo(peer=peer, listener=self.bound_endpoint(listener))
+        decoder = FrameDecoder(self.max_frame_bytes)
+        try:
+            while True:
+                data = await reader.read(READ_CHUNK)
+                if not data:
+                    return
+                self._busy.add(task)
+                try:
+                    for frame in decoder.feed(data):
+                        if not await self._handle(conn, frame, writer):
+                            return
+                    if writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                        await writer.drain()
+                finally:
+                    self._busy.discard(task)
+        except ProtocolError as exc:
+            self.protocol_log.warning(peername[0] if peername else "?", "closing connection from %s (client %s): %s", peer, conn.client_id, exc)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("connection from %s (client %s) failed", peer, conn.client_id)
+        finally:
+            writer.close()
+
+    def bound_endpoint(self, listener: Endpoint) -> Endpoint:
+        for endpoint in self.bound:
+            if endpoint.name == listener.name:
+                return endpoint
+        return listener
+
+    async def _handle(self, conn: ConnectionInfo, frame: bytes | memoryview, writer: asyncio.StreamWriter) -> bool:
+        """Serve one request; False when the connection must close."""
+        try:
+            header = parse_request_header(frame)
+            handler = handler_for(header.api_key)
+            if handler is None:
+                raise UnknownApiKey(header.api_key, header.correlation_id)
+            conn.client_id = header.client_id
+            request = decode_request(header, frame)
+        except ProtocolError as exc:
+            if exc.hint is Hint.API_VERSIONS_FALLBACK:
+                writer.writelines(encode_api_versions_unsupported(getattr(exc, "correlation_id", 0)))
+                return True
+            raise
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("request from %s client=%s api=%d v%d corr=%d", conn.peer, conn.client_id, header.api_key, header.api_version, header.correlation_id)
+        response = await handler(self.ctx, conn, header, request)
+        if response is not None:
+            writer.writelines(encode_response(header, response))
+        return True
+
+    async def close(self, grace_s: float = 5.0) -> None:
+        """Stop accepting, let in-flight requests finish (up to ``grace_s``), then drop connections."""
+        for server in self._servers:
+            server.close()
+        self.ctx.purgatory.close()
+        deadline = time.monotonic() + grace_s
+        while self._busy and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=1.0)
+        for server in self._servers:
+            await server.wait_closed()

@@ -1,0 +1,236 @@
+"""Topic lifecycle on a single node: create, delete, add partitions, change configs.
+
+Each operation validates like Kafka's controller (same checks, same error codes and messages where
+clients show them), commits the new cluster image to the metadata store first and then creates or
+deletes the partition logs. On start, :meth:`TopicAdmin.reconcile_logs` repairs the one window a
+crash can leave (image committed, logs not yet created or not yet deleted).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from tidelog.common.config import BrokerConfig, Value, parse_topic_configs, resolve_topic_config
+from tidelog.common.errors import ConfigError, ErrorCode
+from tidelog.common.names import topic_name_problem
+from tidelog.metadata.image import TopicImage, add_partitions, new_topic
+from tidelog.metadata.local_store import LocalMetadataStore
+from tidelog.storage.log_config import LogConfig
+from tidelog.storage.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+MAX_PARTITIONS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    topic: TopicImage | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is ErrorCode.NONE
+
+
+def _fail(code: ErrorCode, message: str) -> Outcome:
+    return Outcome(code, message)
+
+
+class TopicAdmin:
+    def __init__(self, config: BrokerConfig, store: LocalMetadataStore, logs: LogManager, node_id: int) -> None:
+        self.config = config
+        self.store = store
+        self.logs = logs
+        self.node_id = node_id
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def topic(self, name: str) -> TopicImage | None:
+        return self.store.image.topics.get(name)
+
+    def resolved_config(self, topic: TopicImage) -> dict[str, Value]:
+        return resolve_topic_config(self.config, topic.configs)
+
+    def log_config(self, topic: TopicImage) -> LogConfig:
+        return LogConfig.from_topic_config(self.resolved_config(topic))
+
+    # -- create ----------------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        assignments: Sequence[tuple[int, Sequence[int]]] = (),
+        configs: Iterable[tuple[str, str | None]] = (),
+        validate_only: bool = False,
+    ) -> Outcome:
+        problem = topic_name_problem(name)
+        if problem:
+            return _fail(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+        if name in self.store.image.topics:
+            return _fail(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        collision = self._colliding_topic(name)
+        if collision:
+            return _fail(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"Topic '{name}' collides with existing topic: {collision}",
+            )
+        if assignments and (num_partitions != -1 or replication_factor != -1):
+            return _fail(
+                ErrorCode.INVALID_REQUEST,
+                "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                "Both cannot be used at the same time.",
+            )
+        if assignments:
+            outcome = self._check_assignments(assignments)
+            if outcome is not None:
+                return outcome
+            num_partitions = len(assignments)
+        else:
+            if num_partitions == -1:
+                num_partitions = self.config.get_int("num.partitions")
+            if replication_factor == -1:
+                replication_factor = self.config.get_int("default.replication.factor")
+            if num_partitions <= 0 or num_partitions > MAX_PARTITIONS:
+                return _fail(ErrorCode.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
+            if replication_factor <= 0:
+                return _fail(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+            if replication_factor > 1:
+                return _fail(
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
+                    f"Unable to replicate the partition {replication_factor} time(s): The target replication "
+                    f"factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.",
+                )
+        try:
+            overrides = self._parse_configs(configs)
+        except ConfigError as exc:
+            return _fail(ErrorCode.INVALID_CONFIG, str(exc))
+        topic = new_topic(name, num_partitions, self.node_id, overrides)
+        if validate_only:
+            return Outcome(topic=topic)
+        self.store.commit(self.store.image.with_topic(topic))
+        log_config = self.log_config(topic)
+        for partition in topic.partitions:
+            self.logs.create_log(name, partition.index, log_config)
+        log.info("created topic %s with %d partition(s)", name, num_partitions)
+        return Outcome(topic=topic)
+
+    def _colliding_topic(self, name: str) -> str | None:
+        # '.' and '_' collide in metric names, so Kafka refuses names differing only by them.
+        folded = name.replace(".", "_")
+        for existing in self.store.image.topics:
+            if existing.replace(".", "_") == folded:
+                return existing
+        return None
+
+    def _check_assignments(self, assignments: Sequence[tuple[int, Sequence[int]]]) -> Outcome | None:
+        indexes = sorted(index for index, _ in assignments)
+        if indexes != list(range(len(indexes))):
+            return _fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Partitions should be a consecutive 0-based integer sequence")
+        for _, replicas in assignments:
+            if not replicas:
+                return _fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list.")
+            if len(set(replicas)) != len(replicas):
+                return _fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes duplicate replicas.")
+            unknown = [r for r in replicas if r != self.node_id]
+            if unknown:
+                return _fail(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"The manual partition assignment includes broker {unknown[0]}, but no such broker is registered.",
+                )
+        return None
+
+    @staticmethod
+    def _parse_configs(configs: Iterable[tuple[str, str | None]]) -> dict[str, Value]:
+        pairs = list(configs)
+        for key, value in pairs:
+            if value is None:
+                raise ConfigError(f"Null value not supported for topic configs: {key}")
+        return parse_topic_configs(pairs)
+
+    # -- delete ----------------------------------------------------------------------------------
+
+    def delete_topic(self, name: str) -> Outcome:
+        topic = self.store.image.topics.get(name)
+        if topic is None:
+            return _fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        if not self.config.get("delete.topic.enable"):
+            return _fail(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+        self.store.commit(self.store.image.without_topic(name))
+        for partition in topic.partitions:
+            self.logs.delete_log(name, partition.index)
+        log.info("deleted topic %s", name)
+        return Outcome(topic=topic)
+
+    # -- partitions ------------------------------------------------------------------------------
+
+    def create_partitions(self, name: str, count: int, validate_only: bool) -> Outcome:
+        topic = self.store.image.topics.get(name)
+        if topic is None:
+            return _fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        current = len(topic.partitions)
+        if count < current:
+            return _fail(
+                ErrorCode.INVALID_PARTITIONS,
+                f"The topic {name} currently has {current} partition(s); {count} would not be an increase.",
+            )
+        if count == current:
+            return _fail(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
+        if count > MAX_PARTITIONS:
+            return _fail(ErrorCode.INVALID_PARTITIONS, f"Topic would have more than {MAX_PARTITIONS} partitions.")
+        grown = add_partitions(topic, count, self.node_id)
+        if validate_only:
+            return Outcome(topic=grown)
+        self.store.commit(self.store.image.with_topic(grown))
+        log_config = self.log_config(grown)
+        for partition in grown.partitions[current:]:
+            self.logs.create_log(name, partition.index, log_config)
+        return Outcome(topic=grown)
+
+    # -- configs ---------------------------------------------------------------------------------
+
+    def set_topic_configs(self, name: str, overrides: Mapping[str, Value], validate_only: bool) -> Outcome:
+        """Replace the topic's overrides (validated already by the caller)."""
+        topic = self.store.image.topics.get(name)
+        if topic is None:
+            return _fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        changed = topic.with_configs(overrides)
+        if validate_only:
+            return Outcome(topic=changed)
+        self.store.commit(self.store.image.with_topic(changed))
+        self.apply_log_configs(changed)
+        return Outcome(topic=changed)
+
+    def apply_log_configs(self, topic: TopicImage) -> None:
+        self.logs.update_config(topic.name, self.log_config(topic))
+
+    def set_broker_configs(self, values: Mapping[str, Value], validate_only: bool) -> None:
+        if validate_only:
+            return
+        self.store.commit(self.store.image.with_broker_configs(values))
+        self.config.dynamic = dict(values)
+        for topic in self.store.image.topics.values():
+            self.apply_log_configs(topic)
+
+    # -- start-up --------------------------------------------------------------------------------
+
+    def reconcile_logs(self) -> None:
+        """Create logs the image names but the disk lacks; delete logs of topics no longer in the image."""
+        image = self.store.image
+        for topic in image.topics.values():
+            log_config = self.log_config(topic)
+            for partition in topic.partitions:
+                if self.logs.get_log(topic.name, partition.index) is None:
+                    self.logs.create_log(topic.name, partition.index, log_config)
+                else:
+                    self.logs.update_config(topic.name, log_config)
+        for topic_name, partition in list(self.logs.all_partitions()):
+            known = image.topics.get(topic_name)
+            if known is None or partition >= len(known.partitions):
+                log.warning("deleting log %s-%d: its topic is not in the metadata", topic_name, partition)
+                self.logs.delete_log(topic_name, partition)

@@ -1,0 +1,90 @@
+"""The cluster image: brokers, topics, partitions and configs as frozen data.
+
+The image is replaced, never mutated: every change (a topic created, a config altered, partitions
+added) produces a new image from the old one plus a change, and the store persists the new image
+before anyone sees it. Readers (request handlers) take the current image once per request and get a
+consistent view for the whole request.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from tidelog.common.config import Value
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionImage:
+    index: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    name: str
+    topic_id: uuid.UUID
+    partitions: tuple[PartitionImage, ...]
+    configs: Mapping[str, Value] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def is_internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+    def with_configs(self, configs: Mapping[str, Value]) -> TopicImage:
+        return replace(self, configs=MappingProxyType(dict(configs)))
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterImage:
+    cluster_id: str
+    topics: Mapping[str, TopicImage] = field(default_factory=lambda: MappingProxyType({}))
+    broker_configs: Mapping[str, Value] = field(default_factory=lambda: MappingProxyType({}))
+    # Producer ids below this are handed out (or reserved by a broker's current block).
+    producer_id_block_end: int = 0
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
+        for topic in self.topics.values():
+            if topic.topic_id == topic_id:
+                return topic
+        return None
+
+    def with_topic(self, topic: TopicImage) -> ClusterImage:
+        topics = dict(self.topics)
+        topics[topic.name] = topic
+        return replace(self, topics=MappingProxyType(topics))
+
+    def without_topic(self, name: str) -> ClusterImage:
+        topics = dict(self.topics)
+        del topics[name]
+        return replace(self, topics=MappingProxyType(topics))
+
+    def with_producer_id_block_end(self, end: int) -> ClusterImage:
+        return replace(self, producer_id_block_end=end)
+
+    def with_broker_configs(self, configs: Mapping[str, Value]) -> ClusterImage:
+        return replace(self, broker_configs=MappingProxyType(dict(configs)))
+
+
+def new_topic(name: str, partitions: int, node_id: int, configs: Mapping[str, Value]) -> TopicImage:
+    """A topic whose every partition lives on this single node, led by it at epoch 0."""
+    return TopicImage(
+        name=name,
+        topic_id=uuid.uuid4(),
+        partitions=tuple(PartitionImage(i, node_id, 0, (node_id,), (node_id,)) for i in range(partitions)),
+        configs=MappingProxyType(dict(configs)),
+    )
+
+
+def add_partitions(topic: TopicImage, total: int, node_id: int) -> TopicImage:
+    extra = tuple(
+        PartitionImage(i, node_id, 0, (node_id,), (node_id,)) for i in range(len(topic.partitions), total)
+    )
+    return replace(topic, partitions=topic.partitions + extra)

@@ -1,0 +1,86 @@
+"""The config catalogue: Kafka names, parsing, validation messages, sources and fallbacks."""
+
+import pytest
+
+from tidelog.common.config import (
+    BROKER_SETTINGS,
+    TOPIC_SETTINGS,
+    BrokerConfig,
+    ConfigSource,
+    parse_properties,
+    parse_topic_configs,
+    render_markdown,
+    resolve_topic_config,
+)
+from tidelog.common.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("key", "raw", "expected"),
+    [
+        ("retention.ms", "60000", 60000),
+        ("cleanup.policy", "compact,delete", ["compact", "delete"]),
+        ("min.cleanable.dirty.ratio", "0.25", 0.25),
+        ("message.timestamp.type", "LogAppendTime", "LogAppendTime"),
+        ("preallocate", "TRUE", True),
+    ],
+)
+def test_topic_values_parse_to_their_types(key: str, raw: str, expected: object) -> None:
+    assert parse_topic_configs([(key, raw)]) == {key: expected}
+
+
+@pytest.mark.parametrize(
+    ("key", "raw", "words"),
+    [
+        ("retention.ms", "soon", "retention.ms"),
+        ("cleanup.policy", "shred", "must be one of"),
+        ("min.cleanable.dirty.ratio", "2", "between"),
+        ("segment.bytes", "1", "at least"),
+        ("no.such.key", "1", "Unknown topic config name: no.such.key"),
+    ],
+)
+def test_invalid_topic_values_are_refused_naming_the_key(key: str, raw: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_topic_configs([(key, raw)])
+    assert words in str(info.value)
+
+
+def test_broker_unknown_keys_are_collected_not_fatal() -> None:
+    config = BrokerConfig.from_properties({"node.id": "3", "made.up": "x"})
+    assert config.get("node.id") == 3
+    assert config.unknown == ["made.up"]
+
+
+def test_invalid_broker_value_names_the_key() -> None:
+    with pytest.raises(ConfigError, match="num.partitions"):
+        BrokerConfig.from_properties({"num.partitions": "zero"})
+
+
+def test_retention_hours_feed_the_topic_default_like_kafka() -> None:
+    config = BrokerConfig.from_properties({"log.retention.hours": "2"})
+    value, source, synonym = config.topic_default("retention.ms")
+    assert (value, source, synonym) == (7_200_000, ConfigSource.STATIC_BROKER_CONFIG, "log.retention.ms")
+
+
+def test_topic_override_beats_broker_default() -> None:
+    config = BrokerConfig.from_properties({"log.retention.ms": "1000"})
+    resolved = resolve_topic_config(config, {"segment.bytes": 4096})
+    assert resolved["retention.ms"] == 1000
+    assert resolved["segment.bytes"] == 4096
+    assert config.source("log.retention.ms") is ConfigSource.STATIC_BROKER_CONFIG
+
+
+def test_every_topic_setting_has_a_broker_default_key() -> None:
+    for setting in TOPIC_SETTINGS.values():
+        assert setting.broker_synonym in BROKER_SETTINGS
+
+
+def test_properties_parser_handles_comments_colons_and_continuations() -> None:
+    text = "# c\n! c\nlisteners=PLAINTEXT://a:1,\\\n  PLAINTEXT2://b:2\nnode.id: 4\n\nempty\n"
+    assert parse_properties(text) == {"listeners": "PLAINTEXT://a:1,PLAINTEXT2://b:2", "node.id": "4", "empty": ""}
+
+
+def test_generated_docs_list_every_key() -> None:
+    doc = render_markdown()
+    for key in list(BROKER_SETTINGS) + list(TOPIC_SETTINGS):
+        assert f"`{key}`" in doc
