@@ -13,6 +13,7 @@ module only maps codec failures to Kafka's reaction:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import time
@@ -68,7 +69,7 @@ class Server:
         for listener in listeners:
             host = listener.host or "0.0.0.0"
             server = await asyncio.start_server(
-                lambda r, w, lst=listener: self._accept(r, w, lst), host, listener.port, limit=READ_CHUNK, reuse_address=True
+                functools.partial(self._accept, listener=listener), host, listener.port, limit=READ_CHUNK, reuse_address=True
             )
             port = server.sockets[0].getsockname()[1]
             self.bound.append(Endpoint(listener.name, listener.host, port, listener.security_protocol))

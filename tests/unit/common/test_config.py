@@ -84,3 +84,10 @@ def test_generated_docs_list_every_key() -> None:
     doc = render_markdown()
     for key in list(BROKER_SETTINGS) + list(TOPIC_SETTINGS):
         assert f"`{key}`" in doc
+
+
+def test_configuration_doc_is_generated_from_the_catalogue() -> None:
+    import pathlib
+
+    doc = pathlib.Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
+    assert doc.read_text() == render_markdown(), "run: python -m tidelog.common.config > docs/configuration.md"

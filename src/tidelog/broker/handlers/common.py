@@ -12,7 +12,7 @@ def partition_log(ctx: BrokerContext, topic: str, partition: int) -> PartitionLo
     image = ctx.image.topics.get(topic)
     if image is None or not 0 <= partition < len(image.partitions):
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    log = ctx.logs.get_log(topic, partition)
+    log: PartitionLog | None = ctx.logs.get_log(topic, partition)
     if log is None:
         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
     return log

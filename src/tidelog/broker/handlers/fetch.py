@@ -61,7 +61,7 @@ def _requested_partitions(ctx: BrokerContext, request: Any, version: int) -> tup
             tp = (name, p.partition)
             requested.append((tp, SessionPartition(p.fetch_offset, p.partition_max_bytes, topic_id)))
             epochs[tp] = getattr(p, "current_leader_epoch", -1)
-    forgotten = []
+    forgotten: list[TopicPartition] = []
     for topic in getattr(request, "forgotten_topics_data", ()):
         name, _ = _topic_name(image, topic, version)
         forgotten.extend((name, index) for index in topic.partitions)
@@ -88,14 +88,16 @@ def _read_partition(
         plog = partition_log(ctx, topic, partition)
         check_leader_epoch(ctx, topic, partition, leader_epoch)
         limit = plog.last_stable_offset if read_committed else plog.high_watermark
-        data = plog.read(state.fetch_offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch)
+        data = plog.read(
+            state.fetch_offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch, isolation_committed=read_committed
+        )
         result.data = data
         result.size = data.size
-        result.high_watermark = plog.high_watermark
-        result.last_stable_offset = plog.last_stable_offset
-        result.log_start_offset = plog.log_start_offset
+        result.high_watermark = data.high_watermark
+        result.last_stable_offset = data.last_stable_offset
+        result.log_start_offset = data.log_start_offset
         if read_committed:
-            result.aborted = plog.aborted_transactions(state.fetch_offset, data.end_offset) if data.size else []
+            result.aborted = [(txn.producer_id, txn.first_offset) for txn in data.aborted]
     except KafkaError as exc:
         result.error = exc.code
         if exc.code is ErrorCode.KAFKA_STORAGE_ERROR:

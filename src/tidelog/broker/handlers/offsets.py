@@ -118,8 +118,8 @@ async def delete_records(ctx: BrokerContext, conn: ConnectionInfo, header: Reque
 
         def delete() -> Any:
             plog = partition_log(ctx, topic, p.partition_index)
-            policy = ctx.topics.resolved_config(ctx.image.topics[topic]).get("cleanup.policy") or []
-            if "delete" not in policy:
+            policy = ctx.topics.resolved_config(ctx.image.topics[topic]).get("cleanup.policy")
+            if not isinstance(policy, list) or "delete" not in policy:
                 raise KafkaError(ErrorCode.POLICY_VIOLATION)
             offset = plog.high_watermark if p.offset == -1 else p.offset
             if offset < 0 or offset > plog.high_watermark:

@@ -72,7 +72,8 @@ async def delete_topics(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
         wanted = [(t.name, t.topic_id) for t in request.topics]
     results = []
     for name, topic_id in wanted:
-        error, message = ErrorCode.NONE, None
+        error: ErrorCode = ErrorCode.NONE
+        message: str | None = None
         if name is None and topic_id is not None:
             found = ctx.image.topic_by_id(topic_id)
             if found is None:
@@ -101,6 +102,7 @@ async def create_partitions(ctx: BrokerContext, conn: ConnectionInfo, header: Re
     results = []
     for topic in request.topics:
         bad = [r for a in topic.assignments or () for r in a.broker_ids if r != ctx.node_id]
+        message: str | None
         if bad:
             error, message = ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unknown broker {bad[0]} in the assignment."
         else:
