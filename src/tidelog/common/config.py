@@ -349,7 +349,7 @@ def render_markdown() -> str:
         "Broker settings go in the properties file given to `tidelog serve`, on the command line as",
         "`--override key=value`, or in the environment as `TIDELOG_` + the key upper-cased with dots as",
         "underscores (`TIDELOG_LOG_DIRS=/var/lib/tidelog`). Topic settings are set per topic with",
-        "CreateTopics/AlterConfigs (`tidelog topics create --config key=value`); their broker-wide",
+        "CreateTopics and AlterConfigs from any Kafka admin client; their broker-wide",
         "default is the broker key named in the last column.",
         "",
     ]
