@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import importlib
 import os
 import threading
 import time
@@ -87,14 +88,17 @@ class AppendInfo:
 class FetchData:
     """Whole batches as (fd, position, length) ranges, plus the log's offsets at read time.
 
+    ``end_offset`` is one past the last offset returned (the requested offset when empty).
+
     A range stays readable for ``file.delete.delay.ms`` even if its segment is removed meanwhile.
     """
 
-    ranges: list[tuple[int, int, int]]
+    ranges: list[tuple[int, int, int]]  # (fd, position, length)
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
     last_stable_offset: int
+    end_offset: int = -1
     aborted: list[AbortedTxn] = field(default_factory=list)
 
     @property
@@ -113,6 +117,15 @@ def parse_dir_name(name: str) -> tuple[str, int]:
     if not topic or not partition.isdigit():
         raise ValueError(f"not a partition directory name: {name}")
     return topic, int(partition)
+
+
+def _cleaner_hook(name: str, *args: object) -> None:
+    """Call ``tidelog.storage.cleaner.<name>`` (written in parallel; absent until it lands)."""
+    try:
+        module = importlib.import_module("tidelog.storage.cleaner")
+    except ModuleNotFoundError:
+        return
+    getattr(module, name)(*args)
 
 
 def _now_ms() -> int:
@@ -158,6 +171,7 @@ class PartitionLog:
     # -- opening --------------------------------------------------------------------------------
 
     def _load(self, recovery_point: int, log_start_offset: int, clean: bool, now_ms: int) -> None:
+        _cleaner_hook("recover_cleaner_files", self.dir)
         for path in self.dir.iterdir():
             if path.name.endswith((DELETED_SUFFIX, ".tmp")):
                 path.unlink(missing_ok=True)
@@ -268,6 +282,42 @@ class PartitionLog:
     def segments(self) -> list[LogSegment]:
         with self._lock:
             return list(self._segments)
+
+    def segments_snapshot(self) -> list[LogSegment]:
+        """The segments in base-offset order, the active one last (a copy taken under the lock)."""
+        return self.segments
+
+    def replace_segments(self, old: list[LogSegment], new_base: int, *, now_ms: int | None = None) -> bool:
+        """Swap cleaned segments in (the cleaner wrote ``<new_base>.*.swap`` files covering ``old``).
+
+        Returns False, changing nothing, if any of ``old`` left the log meanwhile. Old segments are
+        renamed ``.deleted`` and their files deleted after ``file.delete.delay.ms``; readers holding
+        them keep reading through their open descriptors.
+        """
+        with self._lock:
+            self._check_online()
+            ids = [id(s) for s in self._segments]
+            if not old or any(id(s) not in ids for s in old) or old[-1] is self.active_segment:
+                return False
+            first = ids.index(id(old[0]))
+            if [id(s) for s in self._segments[first : first + len(old)]] != [id(s) for s in old]:
+                return False
+            now = _now_ms() if now_ms is None else now_ms
+            try:
+                for seg in old:
+                    seg.mark_deleted()
+                    self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
+                _cleaner_hook("complete_swap", self.dir, new_base)
+                new = LogSegment(self.dir, new_base, self.config.segment_index_bytes, load=True, now_ms=now)
+                if not new.load_clean(self.config.index_interval_bytes):
+                    new.recover(self.config.index_interval_bytes)
+                    new.seal()
+                    new.write_indexes()
+            except OSError as exc:
+                raise self._io_failed(exc, "replace segments") from exc
+            self._segments[first : first + len(old)] = [new]
+            self._bases[first : first + len(old)] = [new_base]
+            return True
 
     @property
     def log_end_offset(self) -> int:
@@ -410,6 +460,10 @@ class PartitionLog:
         if self.hw_follows_leo:
             self._high_watermark = self.log_end_offset
 
+    def flush_due(self, now_ms: int) -> bool:
+        """True when there are unflushed messages and ``flush.ms`` elapsed since the last flush."""
+        return self._unflushed_messages > 0 and now_ms - self._last_flush_ms >= self.config.flush_ms
+
     def _note_appended(self, count: int, now_ms: int) -> bool:
         self._unflushed_messages += count
         return (self._unflushed_messages >= self.config.flush_messages
@@ -533,7 +587,8 @@ class PartitionLog:
                         break
             except OSError as exc:
                 raise self._io_failed(exc, "read") from exc
-            data = FetchData(ranges, self._high_watermark, self.log_start_offset, leo, self.last_stable_offset)
+            data = FetchData(ranges, self._high_watermark, self.log_start_offset, leo, self.last_stable_offset,
+                             position_offset)
             if isolation_committed and ranges:
                 data.aborted = self.aborted_transactions(offset, position_offset)
             return data

@@ -1,0 +1,462 @@
+"""The log manager: every partition log of a broker, across its log dirs, and their schedules.
+
+Each log dir holds one directory per partition (``<topic>-<partition>``, see log.py) plus::
+
+    recovery-point-offset-checkpoint   offsets below which each partition is fsynced (checkpoint.py)
+    log-start-offset-checkpoint        each partition's log start offset (checkpoint.py)
+    .kafka_cleanshutdown               present only between a clean shutdown and the next start
+    <topic>-<partition>.<32 hex>-delete   a deleted partition whose files are being removed
+
+Start: logs of all dirs open concurrently (``num.recovery.threads.per.data.dir`` threads per dir). A
+dir without the clean-shutdown marker is recovered (every segment after the recovery point scanned);
+the marker is removed once the dir is loaded, so a later crash is seen as unclean.
+
+Background (:meth:`LogManager.start_background`), each in its own daemon thread:
+
+* retention every ``log.retention.check.interval.ms``: retention.ms / retention.bytes / log start,
+  deferred deletion of ``.deleted`` files, producer-id expiry;
+* flusher every ``log.flush.scheduler.interval.ms`` (at most 1 s): fsyncs each log whose ``flush.ms``
+  elapsed since its last flush;
+* checkpoints every ``log.flush.offset.checkpoint.interval.ms``: both offset checkpoint files;
+* the cleaner every ``log.cleaner.backoff.ms`` (when ``log.cleaner.enable`` and cleaner.py is present).
+
+Failures: an I/O error other than ENOSPC on a log takes its whole log dir offline; its partitions then
+raise StorageError (KAFKA_STORAGE_ERROR) while other dirs keep working. ENOSPC fails only the append
+that hit it (KafkaError KAFKA_STORAGE_ERROR); the partial write is cut back, the dir stays online, and
+appends succeed again once space returns.
+
+Thread-safety: a manager lock guards the log map and dir states; each log has its own lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tidelog.common.config import BrokerConfig
+from tidelog.common.errors import ErrorCode, KafkaError, StorageError
+from tidelog.storage.checkpoint import CheckpointError, OffsetCheckpointFile, fsync_dir
+from tidelog.storage.log import PartitionLog, parse_dir_name
+from tidelog.storage.log_config import LogConfig
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+DELETE_SUFFIX = "-delete"
+_NEVER = 2**63 - 1
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class LogDirInfo:
+    """DescribeLogDirs' view of one log dir."""
+
+    path: Path
+    offline: bool
+    partition_sizes: dict[tuple[str, int], int] = field(default_factory=dict)
+    error: str | None = None
+    total_bytes: int = -1
+    usable_bytes: int = -1
+
+
+@dataclass
+class _LogDir:
+    path: Path
+    offline: bool = False
+    error: str | None = None
+    clean: bool = False
+
+
+class _Periodic(threading.Thread):
+    """Runs ``fn`` every ``interval_s`` until stopped; exceptions are logged, never fatal."""
+
+    def __init__(self, name: str, interval_s: float, fn: Callable[[], object], stop: threading.Event) -> None:
+        super().__init__(name=name, daemon=True)
+        self.interval_s = interval_s
+        self.fn = fn
+        self.stop_event = stop
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.interval_s):
+            try:
+                self.fn()
+            except Exception:
+                log.exception("background task %s failed", self.name)
+
+
+def _is_partition_dir(path: Path) -> bool:
+    if not path.is_dir() or path.name.endswith(DELETE_SUFFIX):
+        return False
+    try:
+        parse_dir_name(path.name)
+    except ValueError:
+        return False
+    return True
+
+
+class LogManager:
+    """All partition logs of one broker (see the module docstring)."""
+
+    def __init__(
+        self,
+        log_dirs: Iterable[Path],
+        *,
+        default_config: LogConfig | None = None,
+        retention_check_interval_ms: int = 300_000,
+        flush_scheduler_interval_ms: int = _NEVER,
+        checkpoint_interval_ms: int = 60_000,
+        recovery_threads_per_dir: int = 2,
+        cleaner_enable: bool = True,
+        cleaner_backoff_ms: int = 15_000,
+        producer_id_expiration_ms: int = 86_400_000,
+        hw_follows_leo: bool = True,
+        clock: Callable[[], int] = _now_ms,
+    ) -> None:
+        self.dirs = [_LogDir(Path(p)) for p in log_dirs]
+        if not self.dirs:
+            raise ValueError("at least one log dir is needed")
+        self.default_config = default_config or LogConfig()
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.flush_scheduler_interval_ms = flush_scheduler_interval_ms
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.recovery_threads_per_dir = recovery_threads_per_dir
+        self.cleaner_enable = cleaner_enable
+        self.cleaner_backoff_ms = cleaner_backoff_ms
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.hw_follows_leo = hw_follows_leo
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._log_dir: dict[tuple[str, int], _LogDir] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._cleaner: Any = None
+        self._started = False
+
+    @classmethod
+    def from_broker_config(
+        cls, log_dirs: list[Path], config: BrokerConfig, **overrides: object
+    ) -> LogManager:
+        """Build from broker keys; ``overrides`` (constructor keywords) win."""
+
+        def num(key: str) -> int:
+            return config.get_int(key)
+
+        flush_ms = min(num("log.flush.scheduler.interval.ms"), num("log.flush.interval.ms"))
+        kwargs: dict[str, object] = {
+            "retention_check_interval_ms": num("log.retention.check.interval.ms"),
+            "flush_scheduler_interval_ms": flush_ms,
+            "checkpoint_interval_ms": num("log.flush.offset.checkpoint.interval.ms"),
+            "recovery_threads_per_dir": num("num.recovery.threads.per.data.dir"),
+            "cleaner_enable": bool(config.get("log.cleaner.enable")),
+            "cleaner_backoff_ms": num("log.cleaner.backoff.ms"),
+            "producer_id_expiration_ms": num("producer.id.expiration.ms"),
+        }
+        kwargs.update(overrides)
+        return cls(log_dirs, **kwargs)  # type: ignore[arg-type]
+
+    # -- start ----------------------------------------------------------------------------------
+
+    def startup(self, config_for: Callable[[str], LogConfig] | None = None) -> None:
+        """Open every log found in the log dirs, concurrently; recover unclean ones."""
+        get_config = config_for or (lambda _topic: self.default_config)
+        jobs: list[tuple[_LogDir, Path, int, int]] = []
+        for d in self.dirs:
+            try:
+                d.path.mkdir(parents=True, exist_ok=True)
+                d.clean = (d.path / CLEAN_SHUTDOWN_MARKER).exists()
+                points = self._read_checkpoint(d.path / RECOVERY_POINT_CHECKPOINT)
+                starts = self._read_checkpoint(d.path / LOG_START_CHECKPOINT)
+                for child in sorted(d.path.iterdir()):
+                    if child.is_dir() and child.name.endswith(DELETE_SUFFIX):
+                        threading.Thread(target=shutil.rmtree, args=(child, True), daemon=True).start()
+                    elif _is_partition_dir(child):
+                        key = parse_dir_name(child.name)
+                        jobs.append((d, child, points.get(key, 0), starts.get(key, 0)))
+            except OSError as exc:
+                self._take_offline(d, exc)
+        workers = max(1, self.recovery_threads_per_dir * len(self.dirs))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-recovery") as pool:
+            futures = [
+                (d, path, pool.submit(self._open_log, d, path, get_config(parse_dir_name(path.name)[0]), rp, ls))
+                for d, path, rp, ls in jobs
+            ]
+            for d, path, future in futures:
+                try:
+                    opened = future.result()
+                except OSError as exc:
+                    self._take_offline(d, exc)
+                    continue
+                except Exception:
+                    log.exception("could not open log %s", path)
+                    continue
+                key = (opened.topic, opened.partition)
+                with self._lock:
+                    if key in self._logs:
+                        log.error("partition %s-%d found in two log dirs; keeping %s", *key, self._log_dir[key].path)
+                        opened.close(clean=False)
+                        continue
+                    self._logs[key] = opened
+                    self._log_dir[key] = d
+        for d in self.dirs:
+            if d.offline:
+                continue
+            try:
+                (d.path / CLEAN_SHUTDOWN_MARKER).unlink(missing_ok=True)
+                fsync_dir(d.path)
+            except OSError as exc:
+                self._take_offline(d, exc)
+        self.write_checkpoints()
+        self._started = True
+
+    def _read_checkpoint(self, path: Path) -> dict[tuple[str, int], int]:
+        try:
+            return OffsetCheckpointFile(path).read()
+        except CheckpointError:
+            log.warning("ignoring unreadable checkpoint %s", path)
+            return {}
+
+    def _open_log(self, d: _LogDir, path: Path, config: LogConfig, recovery_point: int, log_start: int) -> PartitionLog:
+        return PartitionLog(
+            path, config, recovery_point=recovery_point, log_start_offset=log_start, clean_shutdown=d.clean,
+            producer_id_expiration_ms=self.producer_id_expiration_ms, hw_follows_leo=self.hw_follows_leo,
+            now_ms=self.clock(), on_io_error=self._on_io_error,
+        )  # fmt: skip
+
+    # -- failures -------------------------------------------------------------------------------
+
+    def _on_io_error(self, failed: PartitionLog, exc: OSError) -> None:
+        with self._lock:
+            d = self._log_dir.get((failed.topic, failed.partition))
+        if d is not None:
+            self._take_offline(d, exc)
+
+    def _take_offline(self, d: _LogDir, exc: OSError) -> None:
+        with self._lock:
+            if d.offline:
+                return
+            d.offline = True
+            d.error = f"{type(exc).__name__}: {exc}"
+            for key, owner in self._log_dir.items():
+                if owner is d:
+                    self._logs[key].offline = True
+        log.error("log dir %s is offline: %s", d.path, d.error)
+
+    # -- logs -----------------------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        with self._lock:
+            return self._logs.get((topic, partition))
+
+    def all_partitions(self) -> list[tuple[str, int]]:
+        with self._lock:
+            return sorted(self._logs)
+
+    def all_logs(self) -> list[PartitionLog]:
+        with self._lock:
+            return [self._logs[k] for k in sorted(self._logs)]
+
+    def create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> PartitionLog:
+        """The partition's log, created in the least-loaded online dir if it does not exist."""
+        key = (topic, partition)
+        with self._lock:
+            existing = self._logs.get(key)
+            if existing is not None:
+                return existing
+            online = [d for d in self.dirs if not d.offline]
+            if not online:
+                raise StorageError("every log dir is offline")
+            counts = {id(d): 0 for d in online}
+            for owner in self._log_dir.values():
+                if id(owner) in counts:
+                    counts[id(owner)] += 1
+            d = min(online, key=lambda x: counts[id(x)])
+            try:
+                created = self._open_log(d, d.path / f"{topic}-{partition}", config or self.default_config, 0, 0)
+                fsync_dir(d.path)
+            except OSError as exc:
+                self._take_offline(d, exc)
+                raise StorageError(f"cannot create {topic}-{partition} in {d.path}: {exc}") from exc
+            self._logs[key] = created
+            self._log_dir[key] = d
+            return created
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Close the log, rename its dir ``<topic>-<p>.<uuid>-delete`` and remove it in the background."""
+        key = (topic, partition)
+        with self._lock:
+            doomed = self._logs.pop(key, None)
+            d = self._log_dir.pop(key, None)
+        if doomed is None or d is None:
+            return
+        doomed.close(clean=False)
+        if d.offline:
+            return
+        target = doomed.dir.with_name(f"{doomed.dir.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+        try:
+            os.replace(doomed.dir, target)
+            fsync_dir(d.path)
+        except OSError as exc:
+            self._take_offline(d, exc)
+            return
+        threading.Thread(target=shutil.rmtree, args=(target, True), name="delete-log", daemon=True).start()
+
+    def update_config(self, topic: str, config: LogConfig) -> None:
+        """Apply new settings to every partition of ``topic`` (takes effect on the next operation)."""
+        with self._lock:
+            for (t, _), partition_log in self._logs.items():
+                if t == topic:
+                    partition_log.config = config
+
+    # -- schedules ------------------------------------------------------------------------------
+
+    def _online_logs(self) -> list[PartitionLog]:
+        return [pl for pl in self.all_logs() if not pl.offline]
+
+    def run_retention(self) -> int:
+        """One retention pass over every log; returns the number of segments removed."""
+        now = self.clock()
+        removed = 0
+        for pl in self._online_logs():
+            try:
+                removed += pl.apply_retention(now)
+                pl.delete_expired_files(now)
+                pl.remove_expired_producers(now)
+            except KafkaError as exc:
+                log.warning("retention of %s failed: %s", pl.dir.name, exc)
+        return removed
+
+    def run_flusher(self) -> int:
+        """fsync every log whose ``flush.ms`` elapsed since its last flush; return how many."""
+        now = self.clock()
+        flushed = 0
+        for pl in self._online_logs():
+            if pl.flush_due(now):
+                try:
+                    pl.flush(now)
+                    flushed += 1
+                except KafkaError as exc:
+                    log.warning("flush of %s failed: %s", pl.dir.name, exc)
+        return flushed
+
+    def write_checkpoints(self) -> None:
+        """Write both offset checkpoint files in every online dir."""
+        with self._lock:
+            by_dir: dict[int, list[PartitionLog]] = {id(d): [] for d in self.dirs}
+            for key, d in self._log_dir.items():
+                by_dir[id(d)].append(self._logs[key])
+        for d in self.dirs:
+            if d.offline:
+                continue
+            logs = by_dir[id(d)]
+            try:
+                OffsetCheckpointFile(d.path / RECOVERY_POINT_CHECKPOINT).write(
+                    {(pl.topic, pl.partition): pl.recovery_point for pl in logs}
+                )
+                OffsetCheckpointFile(d.path / LOG_START_CHECKPOINT).write(
+                    {(pl.topic, pl.partition): pl.log_start_offset for pl in logs}
+                )
+            except OSError as exc:
+                self._take_offline(d, exc)
+
+    def run_cleaner(self) -> None:
+        """One pass of the log cleaner over compacted logs (when cleaner.py is present)."""
+        if self._cleaner is None:
+            try:
+                module = importlib.import_module("tidelog.storage.cleaner")
+            except ModuleNotFoundError:
+                return
+            self._cleaner = module.LogCleaner(self)
+        compacted = [pl for pl in self._online_logs() if pl.config.compact]
+        self._cleaner.run_once(compacted, self.clock())
+
+    def start_background(self) -> None:
+        """Start the retention, flusher, checkpoint and cleaner threads."""
+        if self._threads:
+            return
+        self._stop.clear()
+        tasks: list[tuple[str, int, Callable[[], object]]] = [
+            ("log-retention", self.retention_check_interval_ms, self.run_retention),
+            ("log-flusher", min(self.flush_scheduler_interval_ms, 1000), self.run_flusher),
+            ("log-checkpoints", self.checkpoint_interval_ms, self.write_checkpoints),
+        ]
+        if self.cleaner_enable:
+            tasks.append(("log-cleaner", self.cleaner_backoff_ms, self.run_cleaner))
+        for name, interval_ms, fn in tasks:
+            thread = _Periodic(name, interval_ms / 1000, fn, self._stop)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop_background(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        self._threads.clear()
+
+    def shutdown(self) -> None:
+        """Stop schedules, flush and close every log, write checkpoints and the clean-shutdown marker."""
+        self.stop_background()
+        for pl in self.all_logs():
+            with contextlib.suppress(OSError, KafkaError):
+                pl.close(clean=True)
+        self.write_checkpoints()
+        for d in self.dirs:
+            if d.offline:
+                continue
+            try:
+                marker = d.path / CLEAN_SHUTDOWN_MARKER
+                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.fsync(fd)
+                os.close(fd)
+                fsync_dir(d.path)
+            except OSError as exc:
+                self._take_offline(d, exc)
+        with self._lock:
+            self._logs.clear()
+            self._log_dir.clear()
+
+    # -- description ----------------------------------------------------------------------------
+
+    def describe_log_dirs(self) -> list[LogDirInfo]:
+        with self._lock:
+            owned = [(key, d, self._logs[key]) for key, d in self._log_dir.items()]
+        out = []
+        for d in self.dirs:
+            info = LogDirInfo(d.path, d.offline, error=d.error)
+            if not d.offline:
+                info.partition_sizes = {key: pl.size_bytes for key, owner, pl in owned if owner is d}
+                with contextlib.suppress(OSError):
+                    usage = shutil.disk_usage(d.path)
+                    info.total_bytes, info.usable_bytes = usage.total, usage.free
+            out.append(info)
+        return out
+
+    def log_dir_of(self, topic: str, partition: int) -> Path | None:
+        with self._lock:
+            d = self._log_dir.get((topic, partition))
+            return d.path if d else None
+
+    def check_online(self, topic: str, partition: int) -> None:
+        """Raise StorageError if the partition's dir is offline, KafkaError if it is unknown."""
+        with self._lock:
+            d = self._log_dir.get((topic, partition))
+        if d is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition}")
+        if d.offline:
+            raise StorageError(f"log dir {d.path} is offline")
