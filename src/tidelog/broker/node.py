@@ -19,10 +19,11 @@ from tidelog.broker.context import BrokerContext, Endpoint
 from tidelog.broker.producer_ids import ProducerIdAllocator
 from tidelog.broker.server import Server
 from tidelog.broker.topic_admin import TopicAdmin
-from tidelog.common.config import BrokerConfig
+from tidelog.common.config import BrokerConfig, resolve_topic_config
 from tidelog.common.errors import ConfigError
 from tidelog.metadata.local_store import LocalMetadataStore
 from tidelog.metadata.meta_properties import ensure_meta_properties
+from tidelog.storage.log_config import LogConfig
 from tidelog.storage.manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,12 @@ class BrokerNode:
         store = LocalMetadataStore(self.log_dirs[0], cluster_id)
         self.config.dynamic = dict(store.image.broker_configs)
         self.logs = LogManager.from_broker_config(self.log_dirs, self.config)
-        self.logs.startup()
+
+        def config_for(topic: str) -> LogConfig:
+            known = store.image.topics.get(topic)
+            return LogConfig.from_topic_config(resolve_topic_config(self.config, known.configs if known else {}))
+
+        self.logs.startup(config_for)
         topics = TopicAdmin(self.config, store, self.logs, self.node_id)
         topics.reconcile_logs()
         self.ctx = BrokerContext(

@@ -229,8 +229,8 @@ class TopicAdmin:
                     self.logs.create_log(topic.name, partition.index, log_config)
                 else:
                     self.logs.update_config(topic.name, log_config)
-        for topic_name, partition in list(self.logs.all_partitions()):
+        for topic_name, index in list(self.logs.all_partitions()):
             known = image.topics.get(topic_name)
-            if known is None or partition >= len(known.partitions):
-                log.warning("deleting log %s-%d: its topic is not in the metadata", topic_name, partition)
-                self.logs.delete_log(topic_name, partition)
+            if known is None or index >= len(known.partitions):
+                log.warning("deleting log %s-%d: its topic is not in the metadata", topic_name, index)
+                self.logs.delete_log(topic_name, index)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from typing import Any
 
 from tidelog.broker.context import BrokerContext, ConnectionInfo
@@ -27,18 +26,14 @@ async def describe_log_dirs(ctx: BrokerContext, conn: ConnectionInfo, header: Re
             by_topic.setdefault(topic, []).append(
                 b.make("DescribeLogDirsPartition", partition_index=partition, partition_size=size, offset_lag=0, is_future_key=False)
             )
-        total, usable = -1, -1
-        if not info.offline:
-            usage = shutil.disk_usage(info.path)
-            total, usable = usage.total, usage.free
         results.append(
             b.make(
                 "DescribeLogDirsResult",
                 error_code=ErrorCode.KAFKA_STORAGE_ERROR if info.offline else ErrorCode.NONE,
                 log_dir=str(info.path),
                 topics=tuple(b.make("DescribeLogDirsTopic", name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-                total_bytes=total,
-                usable_bytes=usable,
+                total_bytes=info.total_bytes,
+                usable_bytes=info.usable_bytes,
             )
         )
     return b.make("DescribeLogDirsResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.NONE, results=tuple(results))
