@@ -7,20 +7,27 @@ keep the same port and data directory, so a restarted broker serves the same log
 
 When a test fails, the tail of the log of every broker still in use is added to the report (see
 ``register_failure_report``), so a failure shows what the broker said.
+
+To check that a test is right rather than the broker, run it against Apache Kafka: set
+``TIDELOG_TEST_REFERENCE_KAFKA`` to a folder holding the jars of ``org.apache.kafka:kafka_2.13`` 4.x and
+its dependencies (``mvn dependency:copy-dependencies`` on a pom naming it). ``BrokerProcess`` then
+formats a KRaft storage directory and runs ``kafka.Kafka`` in combined mode with the same settings.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import IO, TypeVar
 
 import pytest
 from kio.schema.api_versions.v0.request import ApiVersionsRequest
@@ -28,6 +35,7 @@ from kio.schema.api_versions.v0.request import ApiVersionsRequest
 from helpers.raw_client import RawClient
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+REFERENCE_KAFKA_ENV = "TIDELOG_TEST_REFERENCE_KAFKA"
 LOG_TAIL_LINES = 60
 T = TypeVar("T")
 
@@ -71,6 +79,9 @@ class BrokerProcess:
             "listeners": f"PLAINTEXT://{host}:{self.port}",
             "log.dirs": str(self.data_dir),
         }
+        self.reference_kafka = os.environ.get(REFERENCE_KAFKA_ENV)
+        if self.reference_kafka:
+            self.properties.update(_kraft_properties(host, self.port, free_port(host)))
         self.properties.update({key: _render(value) for key, value in (overrides or {}).items()})
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -122,15 +133,27 @@ class BrokerProcess:
         self.starts += 1
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT / "src"), env.get("PYTHONPATH")]))
+        command = [sys.executable, "-m", "tidelog", "serve", str(self.properties_path)]
         with self.log_path.open("ab") as log:
             log.write(f"=== start #{self.starts}: port {self.port} ===\n".encode())
             log.flush()
+            if self.reference_kafka:
+                command = self._reference_kafka_command(log)
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tidelog", "serve", str(self.properties_path)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.workdir, env=env,
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.workdir, env=env,
             )
         self._wait_until_serving(timeout)
         return self
+
+    def _reference_kafka_command(self, log: IO[bytes]) -> list[str]:
+        java = ["java", "-Xmx512m", "-cp", f"{self.reference_kafka}/*"]
+        if not (self.data_dir / "meta.properties").exists():
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            subprocess.run(
+                [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.properties_path)],
+                stdout=log, stderr=log, check=True,
+            )
+        return [*java, "kafka.Kafka", str(self.properties_path)]
 
     def _wait_until_serving(self, timeout: float) -> None:
         assert self.process is not None
@@ -187,6 +210,21 @@ class BrokerProcess:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _kraft_properties(host: str, port: int, controller_port: int) -> dict[str, str]:
+    return {
+        "process.roles": "broker,controller",
+        "controller.quorum.voters": f"1@{host}:{controller_port}",
+        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "offsets.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+    }
 
 
 def _render(value: object) -> str:
