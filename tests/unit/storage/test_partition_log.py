@@ -1,0 +1,390 @@
+import errno
+import os
+import struct
+from pathlib import Path
+
+import pytest
+from storage_helpers import NOW, LogFactory, make_batch
+
+from tidelog.common.errors import ErrorCode, KafkaError, StorageError
+from tidelog.protocol.records import (
+    ControlType,
+    build_control_batch,
+    decode_records,
+    iter_batches,
+)
+from tidelog.storage import segment as segment_module
+from tidelog.storage.log import PartitionLog
+from tidelog.storage.log_config import LogConfig
+
+
+def offsets_of(data: bytes) -> list[tuple[int, int]]:
+    return [(h.base_offset, h.last_offset) for h, _ in iter_batches(data)]
+
+
+def test_appends_get_dense_offsets_and_reads_return_the_stored_bytes(open_log: LogFactory) -> None:
+    log = open_log()
+    infos = [log.append_as_leader(make_batch(n), leader_epoch=2, now_ms=NOW) for n in (1, 3, 2)]
+    assert [(i.first_offset, i.last_offset, i.record_count) for i in infos] == [(0, 0, 1), (1, 3, 3), (4, 5, 2)]
+    assert log.log_end_offset == log.high_watermark == 6
+    data = log.read(0, 1 << 20).read_bytes()
+    assert offsets_of(data) == [(0, 0), (1, 3), (4, 5)]
+    headers = [h for h, _ in iter_batches(data)]
+    assert {h.partition_leader_epoch for h in headers} == {2}
+    assert [r.value for r in decode_records(data[headers[0].size :][: headers[1].size])] == [b"v" * 20 + b"%d" % i for i in range(3)]
+
+
+def test_read_starts_at_the_batch_holding_the_offset(open_log: LogFactory) -> None:
+    log = open_log()
+    for n in (1, 3, 2):
+        log.append_as_leader(make_batch(n), leader_epoch=0, now_ms=NOW)
+    fetch = log.read(2, 1 << 20)
+    assert offsets_of(fetch.read_bytes()) == [(1, 3), (4, 5)]
+    assert (fetch.high_watermark, fetch.log_start_offset, fetch.log_end_offset, fetch.end_offset) == (6, 0, 6, 6)
+
+
+def test_read_limits(open_log: LogFactory) -> None:
+    log = open_log()
+    sizes = [len(make_batch(n)) for n in (1, 3, 2)]
+    for n in (1, 3, 2):
+        log.append_as_leader(make_batch(n), leader_epoch=0, now_ms=NOW)
+    cases = [
+        # (offset, max_bytes, max_offset, min_one_batch) -> batches returned
+        ((0, 1, None, True), [(0, 0)]),
+        ((0, 1, None, False), []),
+        ((0, sizes[0] + sizes[1], None, True), [(0, 0), (1, 3)]),
+        ((0, sizes[0] + sizes[1] - 1, None, True), [(0, 0)]),
+        ((0, 1 << 20, 4, True), [(0, 0), (1, 3)]),
+        ((0, 1 << 20, 3, True), [(0, 0)]),
+        ((0, 1 << 20, 0, True), []),
+        ((6, 1 << 20, None, True), []),
+    ]
+    for (offset, max_bytes, max_offset, min_one), expected in cases:
+        got = log.read(offset, max_bytes, max_offset=max_offset, min_one_batch=min_one)
+        assert offsets_of(got.read_bytes() if got.ranges else b"") == expected, (offset, max_bytes, max_offset)
+
+
+@pytest.mark.parametrize("offset", [-1, 7])
+def test_read_outside_the_log_is_out_of_range(open_log: LogFactory, offset: int) -> None:
+    log = open_log()
+    log.append_as_leader(make_batch(6), leader_epoch=0, now_ms=NOW)
+    with pytest.raises(KafkaError) as err:
+        log.read(offset, 100)
+    assert err.value.code is ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+def corrupt_crc(b: bytes) -> bytes:
+    return b[:-1] + bytes([b[-1] ^ 0xFF])
+
+
+def bad_magic(b: bytes) -> bytes:
+    return b[:16] + b"\x01" + b[17:]
+
+
+def overrun(b: bytes) -> bytes:
+    return b[:8] + struct.pack(">i", len(b)) + b[12:]
+
+
+def lying_count(b: bytes) -> bytes:
+    from tidelog.protocol.records import BatchHeader, _rewrite_crc
+
+    buf = bytearray(b)
+    header = BatchHeader.parse(buf)
+    struct.pack_into(">i", buf, 57, header.records_count + 1)
+    _rewrite_crc(buf, 0)
+    return bytes(buf)
+
+
+BAD_INPUT = [
+    (corrupt_crc(make_batch(2)), LogConfig(), ErrorCode.CORRUPT_MESSAGE),
+    (bad_magic(make_batch(2)), LogConfig(), ErrorCode.INVALID_RECORD),
+    (overrun(make_batch(2)), LogConfig(), ErrorCode.CORRUPT_MESSAGE),
+    (make_batch(2)[:-3], LogConfig(), ErrorCode.CORRUPT_MESSAGE),
+    (lying_count(make_batch(2)), LogConfig(), ErrorCode.INVALID_RECORD),
+    (make_batch(50), LogConfig(max_message_bytes=500), ErrorCode.MESSAGE_TOO_LARGE),
+    (make_batch(2, key=None), LogConfig(cleanup_policy=("compact",)), ErrorCode.INVALID_RECORD),
+    (make_batch(1, ts=NOW + 3_600_001), LogConfig(), ErrorCode.INVALID_TIMESTAMP),
+    (make_batch(1, ts=NOW - 1001), LogConfig(message_timestamp_before_max_ms=1000), ErrorCode.INVALID_TIMESTAMP),
+    (build_control_batch(ControlType.COMMIT, 5, 0, 0, NOW), LogConfig(), ErrorCode.INVALID_RECORD),
+]
+
+
+@pytest.mark.parametrize(("records", "config", "code"), BAD_INPUT)
+def test_bad_batches_are_refused_and_nothing_is_written(
+    open_log: LogFactory, records: bytes, config: LogConfig, code: ErrorCode
+) -> None:
+    log = open_log(config)
+    log.append_as_leader(make_batch(2), leader_epoch=0, now_ms=NOW)
+    before = log.read(0, 1 << 20).read_bytes()
+    with pytest.raises(KafkaError) as err:
+        log.append_as_leader(make_batch(1) + records, leader_epoch=0, now_ms=NOW)
+    assert err.value.code is code
+    assert log.log_end_offset == 2
+    assert log.read(0, 1 << 20).read_bytes() == before
+
+
+def test_an_empty_request_is_refused(open_log: LogFactory) -> None:
+    with pytest.raises(KafkaError) as err:
+        open_log().append_as_leader(b"", leader_epoch=0, now_ms=NOW)
+    assert err.value.code is ErrorCode.INVALID_RECORD
+
+
+def test_log_append_time_is_stamped(open_log: LogFactory) -> None:
+    log = open_log(LogConfig(message_timestamp_type="LogAppendTime"))
+    info = log.append_as_leader(make_batch(2, ts=5), leader_epoch=0, now_ms=NOW + 7)
+    assert info.log_append_time == NOW + 7 and info.max_timestamp == NOW + 7
+    records = decode_records(log.read(0, 1 << 20).read_bytes())
+    assert [r.timestamp for r in records] == [NOW + 7, NOW + 7]
+
+
+def test_retried_batch_gets_its_original_offsets(open_log: LogFactory) -> None:
+    log = open_log()
+    log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW)
+    first = log.append_as_leader(make_batch(3, pid=42, epoch=0, seq=0), leader_epoch=0, now_ms=NOW)
+    log.append_as_leader(make_batch(2, pid=42, epoch=0, seq=3), leader_epoch=0, now_ms=NOW)
+    retry = log.append_as_leader(make_batch(3, pid=42, epoch=0, seq=0), leader_epoch=0, now_ms=NOW)
+    assert retry.duplicate and (retry.first_offset, retry.last_offset) == (first.first_offset, first.last_offset) == (1, 3)
+    assert log.log_end_offset == 6
+    with pytest.raises(KafkaError) as err:
+        log.append_as_leader(make_batch(1, pid=42, epoch=0, seq=9), leader_epoch=0, now_ms=NOW)
+    assert err.value.code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_producer_state_survives_reopen(tmp_path: Path, clean: bool) -> None:
+    log = PartitionLog(tmp_path / "t-0", LogConfig(segment_bytes=400), now_ms=NOW)
+    for seq in range(0, 12, 2):
+        log.append_as_leader(make_batch(2, pid=7, epoch=1, seq=seq), leader_epoch=0, now_ms=NOW)
+    log.close(clean=clean)
+    log = PartitionLog(tmp_path / "t-0", LogConfig(segment_bytes=400), clean_shutdown=clean, now_ms=NOW)
+    retry = log.append_as_leader(make_batch(2, pid=7, epoch=1, seq=10), leader_epoch=0, now_ms=NOW)
+    assert retry.duplicate and retry.first_offset == 10
+    with pytest.raises(KafkaError):
+        log.append_as_leader(make_batch(2, pid=7, epoch=1, seq=14), leader_epoch=0, now_ms=NOW)
+    assert log.append_as_leader(make_batch(2, pid=7, epoch=1, seq=12), leader_epoch=0, now_ms=NOW).first_offset == 12
+    log.close()
+
+
+def test_rolls_on_segment_bytes_and_reads_span_segments(open_log: LogFactory) -> None:
+    log = open_log(LogConfig(segment_bytes=300))
+    for _ in range(10):
+        log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW)
+    assert len(log.segments) > 3
+    assert all(s.size <= 300 for s in log.segments)
+    assert offsets_of(log.read(0, 1 << 20).read_bytes()) == [(i, i) for i in range(10)]
+    assert [p.name for p in sorted(log.dir.glob("*.log"))][1].startswith("0000000000000000000")
+
+
+def test_rolls_on_segment_ms_and_full_index(open_log: LogFactory) -> None:
+    log = open_log(LogConfig(segment_ms=1000))
+    log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW)
+    log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW + 1000)
+    assert len(log.segments) == 1
+    log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW + 1001)
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    small = open_log(LogConfig(segment_index_bytes=16, index_interval_bytes=1), name="u-0")
+    for _ in range(6):
+        small.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW)
+    assert len(small.segments) >= 2
+    assert all(len(s.offset_index) <= 2 for s in small.segments)
+
+
+def test_offset_for_timestamp_and_max_timestamp(open_log: LogFactory) -> None:
+    log = open_log(LogConfig(segment_bytes=400, index_interval_bytes=50))
+    for i in range(20):
+        log.append_as_leader(make_batch(2, ts=NOW - 100_000 + i * 10), leader_epoch=i // 5, now_ms=NOW)
+    assert log.offset_for_timestamp(NOW - 100_000) == (0, NOW - 100_000, 0)
+    assert log.offset_for_timestamp(NOW - 100_000 + 55) == (12, NOW - 100_000 + 60, 1)
+    assert log.offset_for_timestamp(NOW) is None
+    assert log.max_timestamp_offset() == (38, NOW - 100_000 + 190, 3)  # first record of the tie
+    assert log.end_offset_for_epoch(1) == (1, 20)
+    assert log.end_offset_for_epoch(3) == (3, 40)
+
+
+def test_truncate_to_drops_later_batches_and_epochs(open_log: LogFactory) -> None:
+    log = open_log(LogConfig(segment_bytes=300))
+    for i in range(10):
+        log.append_as_leader(make_batch(2), leader_epoch=i, now_ms=NOW)
+    assert log.truncate_to(9) == 8  # the batch 8..9 straddles: it goes
+    assert log.log_end_offset == log.high_watermark == 8
+    assert offsets_of(log.read(0, 1 << 20).read_bytes())[-1] == (6, 7)
+    assert log.end_offset_for_epoch(3) == (3, 8)
+    assert log.append_as_leader(make_batch(1), leader_epoch=20, now_ms=NOW).first_offset == 8
+
+
+def test_delete_records_moves_the_log_start(open_log: LogFactory) -> None:
+    log = open_log(LogConfig(segment_bytes=300))
+    for _ in range(10):
+        log.append_as_leader(make_batch(2), leader_epoch=0, now_ms=NOW)
+    segments_before = len(log.segments)
+    assert log.delete_records_before(7) == 7
+    assert log.log_start_offset == 7 and len(log.segments) < segments_before
+    with pytest.raises(KafkaError):
+        log.read(5, 100)
+    assert offsets_of(log.read(7, 1 << 20).read_bytes())[0] == (6, 7)
+    with pytest.raises(KafkaError) as err:
+        log.delete_records_before(21)
+    assert err.value.code is ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+def test_retention_by_time_and_size_never_removes_the_active_segment(open_log: LogFactory) -> None:
+    log = open_log(LogConfig(segment_bytes=300, retention_ms=10_000, file_delete_delay_ms=500))
+    for i in range(10):
+        log.append_as_leader(make_batch(2, ts=NOW + i * 1000), leader_epoch=0, now_ms=NOW + 9000)
+    bases = [s.base_offset for s in log.segments]
+    removed = log.apply_retention(NOW + 13_500)  # segments whose newest record is older than NOW+3500
+    assert removed >= 1 and log.log_start_offset == log.segments[0].base_offset > 0
+    assert log.apply_retention(NOW + 10**9) == len(bases) - removed - 1
+    assert len(log.segments) == 1 and log.segments[0].base_offset == bases[-1]
+    sized = open_log(LogConfig(segment_bytes=300, retention_bytes=600), name="s-0")
+    for _ in range(10):
+        sized.append_as_leader(make_batch(2), leader_epoch=0, now_ms=NOW)
+    sized.apply_retention(NOW)
+    assert sized.size_bytes <= 600 + 300
+
+
+def test_deleted_segment_stays_readable_until_the_delay(open_log: LogFactory) -> None:
+    log = open_log(LogConfig(segment_bytes=300, retention_ms=0, file_delete_delay_ms=1000))
+    for _ in range(6):
+        log.append_as_leader(make_batch(2), leader_epoch=0, now_ms=NOW)
+    fetch = log.read(0, 1 << 20)
+    expected = fetch.read_bytes()
+    assert log.apply_retention(NOW + 10**6) > 0
+    assert list(log.dir.glob("*.log.deleted"))
+    assert fetch.read_bytes() == expected
+    assert log.delete_expired_files(NOW + 10**6 + 999) == 0
+    assert log.delete_expired_files(NOW + 10**6 + 1000) > 0
+    assert not list(log.dir.glob("*.deleted"))
+
+
+def test_flush_messages_asks_for_a_flush_and_flush_moves_the_recovery_point(open_log: LogFactory) -> None:
+    log = open_log(LogConfig(flush_messages=3))
+    assert not log.append_as_leader(make_batch(2), leader_epoch=0, now_ms=NOW).needs_flush
+    assert log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW).needs_flush
+    assert log.flush() == 3 == log.recovery_point
+    assert not log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW).needs_flush
+
+
+def reopen(tmp_path: Path, config: LogConfig, *, clean: bool) -> PartitionLog:
+    return PartitionLog(tmp_path / "t-0", config, clean_shutdown=clean, now_ms=NOW)
+
+
+def test_unclean_reopen_cuts_a_torn_tail_and_rebuilds_indexes(tmp_path: Path) -> None:
+    config = LogConfig(index_interval_bytes=100)
+    log = reopen(tmp_path, config, clean=False)
+    for _ in range(20):
+        log.append_as_leader(make_batch(2), leader_epoch=0, now_ms=NOW)
+    good = log.read(0, 1 << 20).read_bytes()
+    log.close(clean=False)
+    seg = tmp_path / "t-0" / "00000000000000000000.log"
+    with open(seg, "ab") as f:
+        f.write(make_batch(3)[:50])
+    (tmp_path / "t-0" / "00000000000000000000.index").write_bytes(b"\xff" * 16)
+    log = reopen(tmp_path, config, clean=False)
+    assert log.recovered_unclean and log.truncated_bytes == 50
+    assert log.log_end_offset == 40 and log.read(0, 1 << 20).read_bytes() == good
+    assert len(log.active_segment.offset_index) > 3
+    assert offsets_of(log.read(33, 1 << 20).read_bytes())[0] == (32, 33)
+    log.close()
+
+
+@pytest.mark.parametrize("damage", ["delete", "garble", "truncate"])
+def test_index_problems_after_a_clean_shutdown_are_repaired(tmp_path: Path, damage: str) -> None:
+    config = LogConfig(index_interval_bytes=100)
+    log = reopen(tmp_path, config, clean=False)
+    for _ in range(20):
+        log.append_as_leader(make_batch(2), leader_epoch=0, now_ms=NOW)
+    log.close()
+    index = tmp_path / "t-0" / "00000000000000000000.index"
+    if damage == "delete":
+        index.unlink()
+    elif damage == "garble":
+        index.write_bytes(os.urandom(64))
+    else:
+        index.write_bytes(index.read_bytes()[:-3])
+    log = reopen(tmp_path, config, clean=True)
+    assert log.log_end_offset == 40
+    for offset in (0, 17, 39):
+        assert offsets_of(log.read(offset, 1).read_bytes())[0][0] <= offset
+    assert log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW).first_offset == 40
+    log.close()
+
+
+def test_a_bit_flip_in_the_middle_drops_everything_after_it(tmp_path: Path) -> None:
+    config = LogConfig(segment_bytes=1000)
+    log = reopen(tmp_path, config, clean=False)
+    for _ in range(30):
+        log.append_as_leader(make_batch(2), leader_epoch=0, now_ms=NOW)
+    assert len(log.segments) >= 3
+    log.close(clean=False)
+    first = tmp_path / "t-0" / "00000000000000000000.log"
+    data = bytearray(first.read_bytes())
+    size = len(make_batch(2))
+    data[size * 2 + 70] ^= 0x40
+    first.write_bytes(bytes(data))
+    log = reopen(tmp_path, config, clean=False)
+    assert log.log_end_offset == 4 and len(log.segments) == 1
+    assert offsets_of(log.read(0, 1 << 20).read_bytes()) == [(0, 1), (2, 3)]
+    log.close()
+
+
+def test_aborted_transactions_are_indexed_and_bound_the_lso(open_log: LogFactory) -> None:
+    log = open_log()
+    log.append_as_leader(make_batch(2, pid=5, epoch=0, seq=0, transactional=True), leader_epoch=0, now_ms=NOW)
+    log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW)
+    assert log.high_watermark == 3 and log.last_stable_offset == 0
+    marker = build_control_batch(ControlType.ABORT, 5, 0, 7, NOW)
+    log.append_as_leader(marker, leader_epoch=0, now_ms=NOW, from_client=False)
+    assert log.last_stable_offset == 4
+    (txn,) = log.aborted_transactions(0, 4)
+    assert (txn.producer_id, txn.first_offset, txn.last_offset) == (5, 0, 3)
+    assert log.read(0, 1 << 20, isolation_committed=True).aborted == [txn]
+
+
+def test_enospc_fails_the_append_without_a_partial_batch(open_log: LogFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = open_log()
+    log.append_as_leader(make_batch(2), leader_epoch=0, now_ms=NOW)
+    real_pwrite = os.pwrite
+
+    def short_then_full(fd: int, data: memoryview, offset: int) -> int:
+        if len(data) > 20:
+            real_pwrite(fd, data[:20], offset)
+            return 20
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(segment_module.os, "pwrite", short_then_full)
+    with pytest.raises(KafkaError) as err:
+        log.append_as_leader(make_batch(3), leader_epoch=0, now_ms=NOW)
+    assert err.value.code is ErrorCode.KAFKA_STORAGE_ERROR and not isinstance(err.value, StorageError)
+    assert log.active_segment.size == os.path.getsize(log.active_segment.log_path) == len(make_batch(2))
+    monkeypatch.setattr(segment_module.os, "pwrite", real_pwrite)
+    assert log.append_as_leader(make_batch(3), leader_epoch=0, now_ms=NOW).first_offset == 2
+    assert offsets_of(log.read(0, 1 << 20).read_bytes()) == [(0, 1), (2, 4)]
+
+
+def test_eio_takes_the_log_offline(open_log: LogFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    failures = []
+    log = open_log(on_io_error=lambda failed, exc: failures.append(exc.errno))
+
+    def broken(fd: int, data: memoryview, offset: int) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(segment_module.os, "pwrite", broken)
+    with pytest.raises(StorageError):
+        log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW)
+    assert failures == [errno.EIO] and log.offline
+    with pytest.raises(StorageError):
+        log.read(0, 100)
+
+
+def test_follower_appends_keep_leader_offsets_and_epochs(open_log: LogFactory) -> None:
+    leader = open_log()
+    for epoch in (1, 1, 4):
+        leader.append_as_leader(make_batch(2), leader_epoch=epoch, now_ms=NOW)
+    follower = open_log(name="f-0")
+    info = follower.append_as_follower(leader.read(0, 1 << 20).read_bytes())
+    assert (info.first_offset, info.last_offset) == (0, 5)
+    assert follower.read(0, 1 << 20).read_bytes() == leader.read(0, 1 << 20).read_bytes()
+    assert follower.end_offset_for_epoch(1) == (1, 4)
+    with pytest.raises(KafkaError):
+        follower.append_as_follower(leader.read(0, 1 << 20).read_bytes())
