@@ -58,6 +58,9 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"tidelog: configuration error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        print(f"tidelog: cannot start: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
