@@ -79,12 +79,13 @@ from tidelog.protocol.records import (
     decode_records,
     iter_batches,
 )
-from tidelog.storage.checkpoint import fsync_dir
+from tidelog.storage.checkpoint import CheckpointError, OffsetCheckpointFile, fsync_dir
 from tidelog.storage.index import OffsetIndex, TimeIndex
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.txn_index import AbortedTxn, TxnIndex
 
 __all__ = [
+    "CHECKPOINT_FILE",
     "CLEANED_SUFFIX",
     "SWAP_SUFFIX",
     "CleanResult",
@@ -97,6 +98,7 @@ __all__ = [
     "complete_swap",
     "group_segments",
     "promote_to_swap",
+    "read_segment_batches",
     "recover_cleaner_files",
     "write_cleaned_segment",
 ]
@@ -106,6 +108,7 @@ log = logging.getLogger(__name__)
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 _INDEX_KINDS = (".index", ".timeindex", ".txnindex")
+CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 _READ_CHUNK = 8 * 1024 * 1024
 _MAX_OFFSET_SPAN = 2**31 - 1
 NO_HORIZON = 2**63 - 1
@@ -500,14 +503,48 @@ class CleanResult:
 class LogCleaner:
     """Decides when a compacted log is due and cleans it (see the module docstring).
 
-    ``first_dirty`` (per log dir) lives in memory: after a restart the first clean treats the whole
-    cleanable range as dirty, which is correct and only costs one extra rewrite.
+    The first dirty offset of each partition is kept in memory and in ``cleaner-offset-checkpoint``
+    of its log dir (Kafka's file and format: ``topic partition offset`` lines), rewritten after each
+    clean. A checkpointed offset outside the log (a recreated topic) counts as "all dirty".
     """
 
-    def __init__(self, *, max_map_keys: int = 4_000_000) -> None:
+    def __init__(self, manager: object = None, *, max_map_keys: int = 4_000_000) -> None:
+        # ``manager`` is the LogManager that schedules the cleaner (it passes itself); the logs to clean
+        # come through run_once, so the cleaner keeps no reference to it.
+        del manager
         self.max_map_keys = max_map_keys
         self.first_dirty: dict[Path, int] = {}
         self.next_horizon: dict[Path, int] = {}
+        self._loaded_dirs: set[Path] = set()
+
+    def _checkpointed_first_dirty(self, partition_log: CleanableLog) -> int:
+        log_dir = partition_log.dir.parent
+        if log_dir not in self._loaded_dirs:
+            self._loaded_dirs.add(log_dir)
+            try:
+                entries = OffsetCheckpointFile(log_dir / CHECKPOINT_FILE).read()
+            except (CheckpointError, OSError):
+                log.warning("ignoring unreadable %s in %s", CHECKPOINT_FILE, log_dir)
+                entries = {}
+            for (topic, partition), offset in entries.items():
+                self.first_dirty.setdefault(log_dir / f"{topic}-{partition}", offset)
+        return self.first_dirty.get(partition_log.dir, -1)
+
+    def _first_dirty(self, partition_log: CleanableLog) -> int:
+        offset = self._checkpointed_first_dirty(partition_log)
+        segments = partition_log.segments_snapshot()
+        if segments and offset > segments[-1].next_offset:
+            offset = self.first_dirty[partition_log.dir] = -1
+        return offset
+
+    def _write_checkpoint(self, log_dir: Path) -> None:
+        entries: dict[tuple[str, int], int] = {}
+        for path, offset in self.first_dirty.items():
+            if path.parent == log_dir and path.is_dir():
+                topic, _, partition = path.name.rpartition("-")
+                if topic and partition.isdigit():
+                    entries[(topic, int(partition))] = offset
+        OffsetCheckpointFile(log_dir / CHECKPOINT_FILE).write(entries)
 
     def run_once(self, logs: Iterable[CleanableLog], now_ms: int) -> list[CleanResult]:
         """Clean every compacted log that is due; a failing log is logged and skipped."""
@@ -538,14 +575,14 @@ class LogCleaner:
         return out
 
     def dirty_ratio(self, partition_log: CleanableLog, segments: Sequence[CleanableSegment]) -> float:
-        first_dirty = self.first_dirty.get(partition_log.dir, -1)
+        first_dirty = self._first_dirty(partition_log)
         dirty = sum(s.size for s in segments if s.next_offset > first_dirty)
         total = sum(s.size for s in segments)
         return dirty / total if total else 0.0
 
     def _due(self, partition_log: CleanableLog, segments: Sequence[CleanableSegment], now_ms: int) -> bool:
         config = partition_log.config
-        first_dirty = self.first_dirty.get(partition_log.dir, -1)
+        first_dirty = self._first_dirty(partition_log)
         dirty = [s for s in segments if s.next_offset > first_dirty]
         if not dirty:
             return self.next_horizon.get(partition_log.dir, NO_HORIZON) <= now_ms
@@ -560,9 +597,7 @@ class LogCleaner:
         """Clean ``partition_log`` if it is due (or ``force``); see the module docstring."""
         segments = self.cleanable_segments(partition_log, now_ms)
         ratio = self.dirty_ratio(partition_log, segments)
-        first_dirty = max(
-            self.first_dirty.get(partition_log.dir, -1), segments[0].base_offset if segments else 0
-        )
+        first_dirty = max(self._first_dirty(partition_log), segments[0].base_offset if segments else 0)
         if not segments or not (force or self._due(partition_log, segments, now_ms)):
             return CleanResult(False, first_dirty, first_dirty, ratio)
         config = partition_log.config
@@ -584,11 +619,18 @@ class LogCleaner:
             aborted=_Aborted(aborted),
             producer_last_offset=_producer_last_offsets(to_clean),
         )
-        for group in group_segments(to_clean, config.segment_bytes):
-            if not self._clean_group(partition_log, group, state):
-                break
+        complete = all(
+            self._clean_group(partition_log, group, state)
+            for group in group_segments(to_clean, config.segment_bytes)
+        )
+        if not complete:  # the log changed under us (retention, truncation): start over next round
+            return CleanResult(True, first_dirty, first_dirty, ratio, state.stats)
         self.first_dirty[partition_log.dir] = offset_map.end
         self.next_horizon[partition_log.dir] = state.stats.next_horizon_ms
+        try:
+            self._write_checkpoint(partition_log.dir.parent)
+        except OSError:
+            log.warning("could not write %s in %s", CHECKPOINT_FILE, partition_log.dir.parent, exc_info=True)
         return CleanResult(True, first_dirty, offset_map.end, ratio, state.stats)
 
     def _clean_group(

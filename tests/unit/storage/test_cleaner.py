@@ -17,6 +17,7 @@ from tidelog.protocol.records import (
     iter_batches,
 )
 from tidelog.storage.cleaner import (
+    CHECKPOINT_FILE,
     CLEANED_SUFFIX,
     SWAP_SUFFIX,
     LogCleaner,
@@ -28,6 +29,7 @@ from tidelog.storage.cleaner import (
 )
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.log_config import LogConfig
+from tidelog.storage.manager import LogManager
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000
@@ -344,3 +346,41 @@ def test_stray_index_swap_without_log_swap_is_discarded(tmp_path: Path) -> None:
     recover_cleaner_files(log.dir)
     assert not list(log.dir.glob(f"*{SWAP_SUFFIX}")) and not list(log.dir.glob(f"*{CLEANED_SUFFIX}"))
     assert read_all(PartitionLog(log.dir, config(), now_ms=T0)) == before
+
+
+# ------------------------------------------------------------------------------ checkpoint and manager
+
+
+def test_first_dirty_offset_survives_a_cleaner_restart(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    fill(log, rounds=3, keys=4)
+    assert LogCleaner().clean(log, T0).cleaned
+    assert (tmp_path / CHECKPOINT_FILE).exists()
+    restarted = LogCleaner()
+    assert restarted.dirty_ratio(log, restarted.cleanable_segments(log, T0)) == 0.0
+    assert not restarted.clean(log, T0).cleaned
+
+
+def test_checkpoint_beyond_the_log_end_counts_as_all_dirty(tmp_path: Path) -> None:
+    (tmp_path / CHECKPOINT_FILE).write_text("0\n1\ntopic 0 999999\n")
+    log = open_log(tmp_path)
+    fill(log, rounds=3, keys=4)
+    cleaner = LogCleaner()
+    assert cleaner.dirty_ratio(log, cleaner.cleanable_segments(log, T0)) == 1.0
+    assert cleaner.clean(log, T0).cleaned
+    assert len(read_all(log)) == 4
+
+
+def test_log_manager_runs_the_cleaner_on_compacted_logs_only(tmp_path: Path) -> None:
+    manager = LogManager([tmp_path], clock=lambda: T0)
+    manager.startup()
+    compacted = manager.create_log("kv", 0, config())
+    plain = manager.create_log("events", 0, config(cleanup_policy=("delete",)))
+    for target in (compacted, plain):
+        for r in range(3):
+            append(target, [(b"k", b"v%d" % r)])
+            target.roll(now_ms=T0)
+    manager.run_cleaner()
+    assert [r.value for r in read_all(compacted)] == [b"v2"]
+    assert [r.value for r in read_all(plain)] == [b"v0", b"v1", b"v2"]
+    manager.shutdown()
