@@ -52,7 +52,7 @@ def test_broker_unknown_keys_are_collected_not_fatal() -> None:
 
 
 def test_invalid_broker_value_names_the_key() -> None:
-    with pytest.raises(ConfigError, match="num.partitions"):
+    with pytest.raises(ConfigError, match=r"num\.partitions"):
         BrokerConfig.from_properties({"num.partitions": "zero"})
 
 

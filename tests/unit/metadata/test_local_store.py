@@ -29,7 +29,7 @@ def test_meta_properties_pin_cluster_and_node(tmp_path: pathlib.Path) -> None:
     cluster = ensure_meta_properties(dirs, 1, None)
     assert len(cluster) == 22
     assert ensure_meta_properties(dirs, 1, None) == cluster
-    with pytest.raises(ConfigError, match="node.id"):
+    with pytest.raises(ConfigError, match=r"node\.id"):
         ensure_meta_properties(dirs, 2, None)
     with pytest.raises(ConfigError, match="different clusters"):
         ensure_meta_properties(dirs, 1, "another-cluster-id-xx")
