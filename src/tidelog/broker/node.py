@@ -106,6 +106,7 @@ class BrokerNode:
             max_frame_bytes=self.config.get_int("socket.request.max.bytes"),
             send_buffer=self.config.get_int("socket.send.buffer.bytes"),
             receive_buffer=self.config.get_int("socket.receive.buffer.bytes"),
+            idle_timeout_ms=self.config.get_int("connections.max.idle.ms"),
         )
         await self.server.listen(self.listeners)
         ctx.endpoints = self._advertised_endpoints(self.server.bound)

@@ -54,7 +54,10 @@ class RateLimitedLog:
 
 
 class Server:
-    def __init__(self, ctx: BrokerContext, max_frame_bytes: int, send_buffer: int = -1, receive_buffer: int = -1) -> None:
+    def __init__(
+        self, ctx: BrokerContext, max_frame_bytes: int, send_buffer: int = -1, receive_buffer: int = -1,
+        idle_timeout_ms: int = 600_000,
+    ) -> None:
         self.ctx = ctx
         self.max_frame_bytes = max_frame_bytes
         self.send_buffer = send_buffer
@@ -64,6 +67,10 @@ class Server:
         self._connections: set[asyncio.Task[None]] = set()
         self._busy: set[asyncio.Task[None]] = set()
         self.bound: list[Endpoint] = []
+        self.idle_timeout_s = idle_timeout_ms / 1000
+        # Last time each connection received bytes, and its writer, for the idle sweeper.
+        self._last_active: dict[asyncio.Task[None], tuple[float, asyncio.StreamWriter]] = {}
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def listen(self, listeners: list[Endpoint]) -> None:
         for listener in listeners:
@@ -74,6 +81,19 @@ class Server:
             port = server.sockets[0].getsockname()[1]
             self.bound.append(Endpoint(listener.name, listener.host, port, listener.security_protocol))
             self._servers.append(server)
+        if self._sweeper is None and self.idle_timeout_s > 0:
+            self._sweeper = asyncio.create_task(self._sweep_idle())
+
+    async def _sweep_idle(self) -> None:
+        """Close connections that sent nothing for connections.max.idle.ms (and are not mid-request)."""
+        interval = min(max(self.idle_timeout_s / 10, 0.05), 30.0)
+        while True:
+            await asyncio.sleep(interval)
+            cutoff = time.monotonic() - self.idle_timeout_s
+            for task, (last, writer) in list(self._last_active.items()):
+                if last < cutoff and task not in self._busy:
+                    log.debug("closing idle connection %s", writer.get_extra_info("peername"))
+                    writer.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: Endpoint) -> None:
         task = asyncio.current_task()
@@ -91,6 +111,7 @@ class Server:
             await self._serve(reader, writer, listener, task)
         finally:
             self._connections.discard(task)
+            self._last_active.pop(task, None)
 
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: Endpoint, task: asyncio.Task[None]
@@ -101,9 +122,11 @@ class Server:
         decoder = FrameDecoder(self.max_frame_bytes)
         try:
             while True:
+                self._last_active[task] = (time.monotonic(), writer)
                 data = await reader.read(READ_CHUNK)
                 if not data:
                     return
+                self._last_active[task] = (time.monotonic(), writer)
                 self._busy.add(task)
                 try:
                     for frame in decoder.feed(data):
@@ -155,6 +178,8 @@ class Server:
         """Stop accepting, let in-flight requests finish (up to ``grace_s``), then drop connections."""
         for server in self._servers:
             server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         self.ctx.purgatory.close()
         deadline = time.monotonic() + grace_s
         while self._busy and time.monotonic() < deadline:
