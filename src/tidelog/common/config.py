@@ -201,6 +201,8 @@ _BROKER: list[Setting] = [
     Setting("offsets.topic.replication.factor", Type.SHORT, 3, "Replication factor of __consumer_offsets (capped to live brokers).", _B, False, at_least(1)),
     Setting("transaction.state.log.num.partitions", Type.INT, 50, "Partitions of __transaction_state.", _B, False, at_least(1)),
     Setting("metrics.port", Type.INT, None, "Port of the HTTP metrics/health endpoint (unset: off).", _B),
+    Setting("metrics.host", Type.STRING, "0.0.0.0", "Address the HTTP metrics/health endpoint binds (0.0.0.0: all interfaces).", _B),
+    Setting("log.format", Type.STRING, "text", "Broker log lines: text (human) or json (one JSON object per line).", _B, False, one_of("text", "json")),
     Setting("cluster.id", Type.STRING, None, "Cluster id; generated and stored in meta.properties on first start when unset.", _B),
     Setting("controlled.shutdown.enable", Type.BOOLEAN, True, "Accepted for compatibility.", _B),
 ]
