@@ -72,6 +72,7 @@ from typing import Protocol
 
 from tidelog.common.errors import KafkaError
 from tidelog.protocol.records import (
+    HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
     Record,
@@ -672,10 +673,19 @@ def _filter_txn_index(directory: Path, base: int, kept_markers: set[int]) -> Non
     index.close()
 
 
+def _iter_headers(segment: CleanableSegment) -> Iterator[BatchHeader]:
+    """Batch headers of a segment, one small ``pread`` each (no record bytes read)."""
+    position = 0
+    while position + HEADER_SIZE <= segment.size:
+        header = BatchHeader.parse(os.pread(segment.fd, HEADER_SIZE, position))
+        yield header
+        position += header.size
+
+
 def _producer_last_offsets(segments: Sequence[CleanableSegment]) -> dict[int, int]:
     last: dict[int, int] = {}
     for segment in segments:
-        for header, _ in read_segment_batches(segment):
+        for header in _iter_headers(segment):
             if header.has_producer_id and not header.is_control:
                 last[header.producer_id] = header.last_offset
     return last
