@@ -166,6 +166,8 @@ class Server:
             if exc.hint is Hint.API_VERSIONS_FALLBACK:
                 writer.writelines(encode_api_versions_unsupported(getattr(exc, "correlation_id", 0)))
                 return True
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("undecodable frame from %s: %s", conn.peer, bytes(frame[:256]).hex())
             raise
         if log.isEnabledFor(logging.DEBUG):
             log.debug("request from %s client=%s api=%d v%d corr=%d", conn.peer, conn.client_id, header.api_key, header.api_version, header.correlation_id)

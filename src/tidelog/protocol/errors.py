@@ -10,7 +10,7 @@ tells the connection what Kafka 4 does in the same situation::
     ├── UnsupportedVersion        known key, version outside the accepted range
     │                               ApiVersions → API_VERSIONS_FALLBACK (v0 body, error 35)
     │                               any other key (Produce v0-2 included) → CLOSE
-    └── InvalidRequest            header or body that does not parse, trailing bytes → CLOSE
+    └── InvalidRequest            header or body that does not parse → CLOSE
 
 Why CLOSE and not an error response: Kafka's ``SocketServer.parseRequestHeader`` throws
 ``InvalidRequestException`` when ``RequestHeader.parse`` fails (unknown key) or when
@@ -86,7 +86,7 @@ class UnsupportedVersion(ProtocolError):
 
 
 class InvalidRequest(ProtocolError):
-    """The header or body does not parse: truncated, malformed, or followed by trailing bytes."""
+    """The header or body does not parse: truncated or malformed."""
 
     def __init__(
         self, message: str, *, api_key: int | None = None, correlation_id: int | None = None
