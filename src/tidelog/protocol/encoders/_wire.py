@@ -61,8 +61,19 @@ def array_length(count: int | None, flexible: bool) -> bytes:
     return INT32.pack(-1 if count is None else count)
 
 
+_INT32_ARRAYS: dict[tuple[tuple[int, ...], bool], bytes] = {}
+
+
 def int32_array(values: tuple[int, ...], flexible: bool) -> bytes:
-    return array_length(len(values), flexible) + struct.pack(f">{len(values)}i", *values)
+    """An int32 array; cached, since replica and ISR lists repeat across partitions."""
+    key = (values, flexible)
+    found = _INT32_ARRAYS.get(key)
+    if found is None:
+        if len(_INT32_ARRAYS) >= 4096:
+            _INT32_ARRAYS.clear()
+        found = array_length(len(values), flexible) + struct.pack(f">{len(values)}i", *values)
+        _INT32_ARRAYS[key] = found
+    return found
 
 
 def millis(duration: datetime.timedelta) -> int:

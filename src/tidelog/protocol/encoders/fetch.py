@@ -16,6 +16,7 @@ import struct
 from typing import Any
 
 from tidelog.protocol.encoders import _wire as w
+from tidelog.protocol.encoders._wire import INT32, NO_TAGS, defaults, tag_section, tagged, uvarint
 
 _PARTITION_V4 = struct.Struct(">ihqq")
 _PARTITION_V5 = struct.Struct(">ihqqq")
@@ -73,39 +74,45 @@ def _partition(
         )
     aborted = partition.aborted_transactions
     if aborted is None:
-        out += w.array_length(None, flexible)
+        out += b"\x00" if flexible else b"\xff\xff\xff\xff"
     else:
-        out += w.array_length(len(aborted), flexible)
+        out += uvarint(len(aborted) + 1) if flexible else INT32.pack(len(aborted))
         for transaction in aborted:
             out += _ABORTED.pack(transaction.producer_id, transaction.first_offset)
             if flexible:
-                out += w.NO_TAGS
+                out += NO_TAGS
     if version >= 11:
-        out += w.INT32.pack(partition.preferred_read_replica)
+        out += INT32.pack(partition.preferred_read_replica)
     records = partition.records
     if records is None:
         out += b"\x00" if flexible else b"\xff\xff\xff\xff"
     else:
-        out += w.uvarint(len(records) + 1) if flexible else w.INT32.pack(len(records))
-        if len(records):
+        out += uvarint(len(records) + 1) if flexible else INT32.pack(len(records))
+        if records:
             parts.append(bytes(out))
             parts.append(records)
             out = bytearray()
     if flexible:
-        out += w.tag_section(_partition_tags(partition))
+        out += _partition_tags(partition)
     return out
 
 
-def _partition_tags(partition: Any) -> list[bytes]:
-    default = w.defaults(type(partition))
-    tags = []
+def _partition_tags(partition: Any) -> bytes:
+    default = defaults(type(partition))
     diverging = partition.diverging_epoch
-    if diverging != default["diverging_epoch"]:
-        tags.append(w.tagged(0, _EPOCH_END.pack(diverging.epoch, diverging.end_offset) + w.NO_TAGS))
     leader = partition.current_leader
-    if leader != default["current_leader"]:
-        tags.append(w.tagged(1, _LEADER.pack(leader.leader_id, leader.leader_epoch) + w.NO_TAGS))
     snapshot = partition.snapshot_id
-    if snapshot != default["snapshot_id"]:
-        tags.append(w.tagged(2, _SNAPSHOT.pack(snapshot.end_offset, snapshot.epoch) + w.NO_TAGS))
-    return tags
+    # Identity first: handlers that leave a tag unset share the dataclass default object.
+    plain_diverging = diverging is default["diverging_epoch"] or diverging == default["diverging_epoch"]
+    plain_leader = leader is default["current_leader"] or leader == default["current_leader"]
+    plain_snapshot = snapshot is default["snapshot_id"] or snapshot == default["snapshot_id"]
+    if plain_diverging and plain_leader and plain_snapshot:
+        return NO_TAGS
+    tags = []
+    if not plain_diverging:
+        tags.append(tagged(0, _EPOCH_END.pack(diverging.epoch, diverging.end_offset) + NO_TAGS))
+    if not plain_leader:
+        tags.append(tagged(1, _LEADER.pack(leader.leader_id, leader.leader_epoch) + NO_TAGS))
+    if not plain_snapshot:
+        tags.append(tagged(2, _SNAPSHOT.pack(snapshot.end_offset, snapshot.epoch) + NO_TAGS))
+    return tag_section(tags)

@@ -60,6 +60,7 @@ def _partition(out: bytearray, partition: Any, version: int, flexible: bool) -> 
     if flexible:
         tags = []
         leader = getattr(partition, "current_leader", None)
-        if leader is not None and leader != w.defaults(type(partition))["current_leader"]:
+        default = w.defaults(type(partition)).get("current_leader")
+        if leader is not None and leader is not default and leader != default:
             tags.append(w.tagged(0, _LEADER.pack(leader.leader_id, leader.leader_epoch) + w.NO_TAGS))
         out += w.tag_section(tags)

@@ -1,0 +1,162 @@
+"""Codec figures: µs per operation, kio's generic writer against tidelog's hand-written encoders.
+
+    python bench/codec_bench.py [--repeat N]
+
+Cases: FetchResponse v16 with 10 partitions of 64 KiB records; MetadataResponse v12 with 100
+topics x 10 partitions (3 replicas each); decode of a ProduceRequest v9 carrying one 64 KiB batch.
+Figures, not pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import timeit
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v16 import response as fetch
+from kio.schema.metadata.v12 import response as metadata
+from kio.schema.produce.v9 import request as produce
+from kio.schema.request_header.v2.header import RequestHeader as KioHeaderV2
+from kio.serial import entity_writer
+from kio.static.primitive import i16, i32, i32Timedelta
+
+from tidelog.protocol.codec import decode_request, encode_response
+from tidelog.protocol.headers import parse_request_header
+
+ZERO = i32Timedelta.parse(datetime.timedelta(0))
+
+
+def kio_encode(response: Any) -> bytes:
+    buffer = io.BytesIO()
+    entity_writer(type(response))(buffer, response)
+    return buffer.getvalue()
+
+
+def fetch_response() -> Any:
+    partitions = tuple(
+        fetch.PartitionData(
+            partition_index=i32(index),
+            error_code=ErrorCode.none,
+            high_watermark=1_000_000,
+            last_stable_offset=1_000_000,
+            log_start_offset=0,
+            aborted_transactions=None,
+            records=bytes(64 * 1024),
+        )
+        for index in range(10)
+    )
+    topic = fetch.FetchableTopicResponse(topic_id=uuid.uuid4(), partitions=partitions)
+    return fetch.FetchResponse(
+        throttle_time=ZERO, error_code=ErrorCode.none, session_id=0, responses=(topic,)
+    )
+
+
+def metadata_response() -> Any:
+    brokers = tuple(
+        metadata.MetadataResponseBroker(node_id=i32(n), host=f"broker-{n}.local", port=i32(9092), rack=None)
+        for n in range(3)
+    )
+    topics = tuple(
+        metadata.MetadataResponseTopic(
+            error_code=ErrorCode.none,
+            name=f"topic-{t:03d}",
+            topic_id=uuid.uuid4(),
+            is_internal=False,
+            partitions=tuple(
+                metadata.MetadataResponsePartition(
+                    error_code=ErrorCode.none,
+                    partition_index=i32(p),
+                    leader_id=i32(p % 3),
+                    leader_epoch=i32(5),
+                    replica_nodes=(i32(0), i32(1), i32(2)),
+                    isr_nodes=(i32(0), i32(1), i32(2)),
+                    offline_replicas=(),
+                )
+                for p in range(10)
+            ),
+            topic_authorized_operations=i32(-2147483648),
+        )
+        for t in range(100)
+    )
+    return metadata.MetadataResponse(
+        throttle_time=ZERO, brokers=brokers, cluster_id="tidelog", controller_id=i32(0), topics=topics
+    )
+
+
+def produce_frame() -> bytes:
+    request = produce.ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            produce.TopicProduceData(
+                name="events",
+                partition_data=(produce.PartitionProduceData(index=i32(0), records=bytes(64 * 1024)),),
+            ),
+        ),
+    )
+    header = KioHeaderV2(
+        request_api_key=i16(0), request_api_version=i16(9), correlation_id=i32(1), client_id="bench"
+    )
+    return kio_encode(header) + kio_encode(request)
+
+
+def per_call_us(func: Callable[[], object], repeat: int) -> float:
+    number = max(1, repeat)
+    best = min(timeit.repeat(func, number=number, repeat=5))
+    return best / number * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=200)
+    args = parser.parse_args()
+
+    fetch_resp = fetch_response()
+    fetch_header = parse_request_header(
+        kio_encode(
+            KioHeaderV2(
+                request_api_key=i16(1), request_api_version=i16(16), correlation_id=i32(1), client_id="b"
+            )
+        )
+    )
+    meta_resp = metadata_response()
+    meta_header = parse_request_header(
+        kio_encode(
+            KioHeaderV2(
+                request_api_key=i16(3), request_api_version=i16(12), correlation_id=i32(1), client_id="b"
+            )
+        )
+    )
+    assert b"".join(bytes(p) for p in encode_response(fetch_header, fetch_resp))[9:] == kio_encode(fetch_resp)
+    assert b"".join(bytes(p) for p in encode_response(meta_header, meta_resp))[9:] == kio_encode(meta_resp)
+    frame = produce_frame()
+
+    rows = [
+        (
+            "Fetch v16, 10 x 64 KiB",
+            lambda: kio_encode(fetch_resp),
+            lambda: encode_response(fetch_header, fetch_resp),
+        ),
+        (
+            "Metadata v12, 100 x 10",
+            lambda: kio_encode(meta_resp),
+            lambda: encode_response(meta_header, meta_resp),
+        ),
+    ]
+    print(f"{'case':<28}{'kio µs':>12}{'tidelog µs':>14}{'speed-up':>10}")
+    for name, kio_func, our_func in rows:
+        kio_us = per_call_us(kio_func, max(1, args.repeat // 10) if "Metadata" in name else args.repeat)
+        our_us = per_call_us(our_func, args.repeat)
+        print(f"{name:<28}{kio_us:>12.1f}{our_us:>14.1f}{kio_us / our_us:>9.1f}x")
+    decode_us = per_call_us(lambda: decode_request(parse_request_header(frame), frame), args.repeat * 10)
+    print(f"{'Produce v9 decode, 64 KiB':<28}{'':>12}{decode_us:>14.1f}")
+
+
+if __name__ == "__main__":
+    main()
