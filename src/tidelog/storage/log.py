@@ -67,6 +67,7 @@ from tidelog.storage.txn_index import AbortedTxn
 
 Buffer = bytes | bytearray | memoryview
 _MAX_RELATIVE_OFFSET = 2**31 - 1
+_REWRITTEN = 16  # base offset, batch length, partition leader epoch: the bytes before magic
 
 
 @dataclass(frozen=True)
@@ -371,7 +372,9 @@ class PartitionLog:
         OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH or KAFKA_STORAGE_ERROR; nothing is written
         then.
         """
-        buf = bytearray(records)
+        # Zero copy unless LogAppendTime must rewrite the batches: the new base offset and leader
+        # epoch go into a 16-byte copy of each batch's start, written with the rest by one pwritev.
+        buf = memoryview(bytearray(records) if self.config.log_append_time else records)
         if len(buf) > self.config.segment_bytes:
             raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
                              f"{len(buf)} bytes exceed segment.bytes {self.config.segment_bytes}")
@@ -397,15 +400,14 @@ class PartitionLog:
                     self.producers.check_marker_epoch(header.producer_id, header.producer_epoch)
             return self._assign_and_write(buf, headers, leader_epoch, now_ms)
 
-    def _validate_batch(self, buf: bytearray, header: BatchHeader, position: int, now_ms: int,
+    def _validate_batch(self, buf: memoryview, header: BatchHeader, position: int, now_ms: int,
                         from_client: bool) -> None:
         if header.size > self.config.max_message_bytes:
             raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
                              f"batch of {header.size} bytes exceeds max.message.bytes {self.config.max_message_bytes}")
         if header.is_control and from_client:
             raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
-        view = memoryview(buf)[position : position + header.size]
-        if self.config.compact and batch_has_null_key(view):
+        if self.config.compact and batch_has_null_key(buf[position : position + header.size]):
             raise KafkaError(ErrorCode.INVALID_RECORD, "compacted topic refuses records without a key")
         if not self.config.log_append_time and from_client:
             lowest = now_ms - self.config.message_timestamp_before_max_ms
@@ -416,45 +418,53 @@ class PartitionLog:
                                  f"[{lowest}, {highest}]")
 
     def _assign_and_write(
-        self, buf: bytearray, headers: list[tuple[BatchHeader, int]], leader_epoch: int, now_ms: int
+        self, buf: memoryview, headers: list[tuple[BatchHeader, int]], leader_epoch: int, now_ms: int
     ) -> AppendInfo:
         self._maybe_roll(len(buf), sum(h.last_offset_delta + 1 for h, _ in headers), now_ms)
         first = next_offset = self.log_end_offset
         append_time = now_ms if self.config.log_append_time else -1
         infos: list[BatchInfo] = []
+        parts: list[Buffer] = []
         max_ts, max_ts_offset, count = -1, first, 0
         for header, position in headers:
-            set_base_offset(buf, position, next_offset)
-            if leader_epoch >= 0:
-                set_partition_leader_epoch(buf, position, leader_epoch)
             batch_ts = header.max_timestamp
             if append_time >= 0 and not header.is_control:
                 set_log_append_time(buf, position, now_ms)
                 batch_ts = now_ms
+            head = bytearray(buf[position : position + _REWRITTEN])
+            set_base_offset(head, 0, next_offset)
+            if leader_epoch >= 0:
+                set_partition_leader_epoch(head, 0, leader_epoch)
+            parts.append(head)
+            parts.append(buf[position + _REWRITTEN : position + header.size])
             last = next_offset + header.last_offset_delta
             infos.append(BatchInfo(position, header.size, next_offset, last, batch_ts))
             if batch_ts > max_ts:
                 max_ts, max_ts_offset = batch_ts, next_offset
             count += header.records_count
             next_offset = last + 1
-        self._write(buf, infos, leader_epoch)
+        self._write(parts, headers, infos, leader_epoch)
         needs_flush = self._note_appended(count, now_ms)
         return AppendInfo(first, next_offset - 1, append_time, self.log_start_offset, count, False,
                           max_ts, max_ts_offset, needs_flush)
 
-    def _write(self, buf: bytearray, infos: list[BatchInfo], leader_epoch: int) -> None:
+    def _write(
+        self, parts: list[Buffer], headers: list[tuple[BatchHeader, int]], infos: list[BatchInfo], leader_epoch: int
+    ) -> None:
         """Write batches whose offsets are assigned, then update offsets, epochs and producer state."""
         seg = self.active_segment
         start_position = seg.size
         try:
-            seg.append(buf, infos, self.config.index_interval_bytes)
+            seg.append(parts, infos, self.config.index_interval_bytes)
         except OSError as exc:
             raise self._io_failed(exc, "append") from exc
         if leader_epoch >= 0:
             self.epoch_cache.assign(leader_epoch, infos[0].base_offset)
-        for info in infos:
-            header = BatchHeader.parse(buf, info.position)
-            aborted = self._apply_producer(seg, header, start_position + info.position)
+        for (header, _), info in zip(headers, infos, strict=True):
+            if not header.has_producer_id:
+                continue
+            assigned = header._replace(base_offset=info.base_offset)
+            aborted = self._apply_producer(seg, assigned, start_position + info.position)
             if aborted is not None:
                 seg.txn_index.append(aborted)
         if self.hw_follows_leo:
@@ -497,7 +507,7 @@ class PartitionLog:
             seg = self.active_segment
             start_position = seg.size
             try:
-                seg.append(buf, infos, self.config.index_interval_bytes)
+                seg.append([buf], infos, self.config.index_interval_bytes)
             except OSError as exc:
                 raise self._io_failed(exc, "append") from exc
             for header, position in headers:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,8 @@ DELETED_SUFFIX = ".deleted"
 _SHALLOW = struct.Struct(">qi")  # base offset, batch length
 _LAST_DELTA = struct.Struct(">i")
 _RECOVERY_WINDOW = 32 * 1024 * 1024
+_IOV_MAX = 1024
+Buffer = bytes | bytearray | memoryview
 
 
 def file_stem(offset: int) -> str:
@@ -133,14 +136,19 @@ class LogSegment:
 
     # -- writing --------------------------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray | memoryview, batches: list[BatchInfo], interval_bytes: int) -> None:
-        """Write whole batches at the end and add index entries; all or nothing on disk."""
+    def append(self, parts: Sequence[Buffer], batches: list[BatchInfo], interval_bytes: int) -> None:
+        """Write whole batches (given as consecutive buffers) at the end and index them.
+
+        All or nothing on disk: a failed or short write is cut back to the previous size.
+        """
         start = self.size
-        view = memoryview(data)
-        written = 0
+        total = sum(len(p) for p in parts)
         try:
-            while written < len(view):
-                written += os.pwrite(self.fd, view[written:], start + written)
+            written = os.pwritev(self.fd, parts, start) if len(parts) <= _IOV_MAX else 0
+            if written < total:
+                rest = memoryview(b"".join(parts))
+                while written < total:
+                    written += os.pwrite(self.fd, rest[written:], start + written)
         except OSError:
             with contextlib.suppress(OSError):
                 os.ftruncate(self.fd, start)

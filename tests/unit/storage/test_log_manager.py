@@ -75,14 +75,14 @@ def test_an_io_error_takes_only_its_log_dir_offline(tmp_path: Path, monkeypatch:
     sick = manager.create_log("t", 0)
     healthy = manager.create_log("t", 1)
     sick_fd = sick.active_segment.fd
-    real_pwrite = os.pwrite
+    real_pwritev = os.pwritev
 
-    def failing(fd: int, data: memoryview, offset: int) -> int:
+    def failing(fd: int, parts: list[bytes], offset: int) -> int:
         if fd == sick_fd:
             raise OSError(errno.EIO, "Input/output error")
-        return real_pwrite(fd, data, offset)
+        return real_pwritev(fd, parts, offset)
 
-    monkeypatch.setattr(segment_module.os, "pwrite", failing)
+    monkeypatch.setattr(segment_module.os, "pwritev", failing)
     with pytest.raises(StorageError):
         sick.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW)
     assert healthy.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW).first_offset == 0

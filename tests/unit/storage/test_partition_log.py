@@ -344,20 +344,22 @@ def test_aborted_transactions_are_indexed_and_bound_the_lso(open_log: LogFactory
 def test_enospc_fails_the_append_without_a_partial_batch(open_log: LogFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     log = open_log()
     log.append_as_leader(make_batch(2), leader_epoch=0, now_ms=NOW)
-    real_pwrite = os.pwrite
+    real_pwritev = os.pwritev
 
-    def short_then_full(fd: int, data: memoryview, offset: int) -> int:
-        if len(data) > 20:
-            real_pwrite(fd, data[:20], offset)
-            return 20
+    def short(fd: int, parts: list[bytes], offset: int) -> int:
+        return os.pwrite(fd, bytes(parts[0])[:20], offset)  # the kernel wrote only 20 bytes
+
+    def full(fd: int, data: memoryview, offset: int) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(segment_module.os, "pwrite", short_then_full)
+    monkeypatch.setattr(segment_module.os, "pwritev", short)
+    monkeypatch.setattr(segment_module.os, "pwrite", full)
     with pytest.raises(KafkaError) as err:
         log.append_as_leader(make_batch(3), leader_epoch=0, now_ms=NOW)
     assert err.value.code is ErrorCode.KAFKA_STORAGE_ERROR and not isinstance(err.value, StorageError)
     assert log.active_segment.size == os.path.getsize(log.active_segment.log_path) == len(make_batch(2))
-    monkeypatch.setattr(segment_module.os, "pwrite", real_pwrite)
+    monkeypatch.undo()
+    assert os.pwritev is real_pwritev
     assert log.append_as_leader(make_batch(3), leader_epoch=0, now_ms=NOW).first_offset == 2
     assert offsets_of(log.read(0, 1 << 20).read_bytes()) == [(0, 1), (2, 4)]
 
@@ -366,10 +368,10 @@ def test_eio_takes_the_log_offline(open_log: LogFactory, monkeypatch: pytest.Mon
     failures = []
     log = open_log(on_io_error=lambda failed, exc: failures.append(exc.errno))
 
-    def broken(fd: int, data: memoryview, offset: int) -> int:
+    def broken(fd: int, parts: list[bytes], offset: int) -> int:
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(segment_module.os, "pwrite", broken)
+    monkeypatch.setattr(segment_module.os, "pwritev", broken)
     with pytest.raises(StorageError):
         log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW)
     assert failures == [errno.EIO] and log.offline
