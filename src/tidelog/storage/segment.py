@@ -72,6 +72,9 @@ class LogSegment:
         self.deleted = False
         self._index_bytes = index_bytes
         self.index_error: str | None = None
+        index_paths = (directory / f"{stem}.index", directory / f"{stem}.timeindex")
+        if load and self.size > 0 and not all(p.exists() for p in index_paths):
+            self.index_error = "index file missing"
         try:
             self.offset_index = OffsetIndex(directory / f"{stem}.index", base_offset, index_bytes, load=load)
             self.time_index = TimeIndex(directory / f"{stem}.timeindex", base_offset, index_bytes, load=load)

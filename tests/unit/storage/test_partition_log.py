@@ -304,6 +304,7 @@ def test_index_problems_after_a_clean_shutdown_are_repaired(tmp_path: Path, dama
         index.write_bytes(index.read_bytes()[:-3])
     log = reopen(tmp_path, config, clean=True)
     assert log.log_end_offset == 40
+    assert len(log.active_segment.offset_index) > 3, "the index was rebuilt, not left empty"
     for offset in (0, 17, 39):
         assert offsets_of(log.read(offset, 1).read_bytes())[0][0] <= offset
     assert log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW).first_offset == 40
