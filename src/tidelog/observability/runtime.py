@@ -134,10 +134,3 @@ def register_build_info(registry: Registry, version: str) -> None:
     info = registry.gauge("tidelog_build_info", "Always 1; labels name the tidelog and Python versions.", ("version", "python"))
     info.set((version, platform.python_version()), 1)
 
-
-def install_runtime_metrics(registry: Registry) -> tuple[EventLoopLagMonitor, GcMonitor]:
-    """Process collector and GC monitor now; the returned lag monitor still needs ``start()`` in the loop."""
-    registry.add_collector(collect_process)
-    gc_monitor = GcMonitor(registry)
-    gc_monitor.install()
-    return EventLoopLagMonitor(registry), gc_monitor

@@ -163,3 +163,44 @@ def test_request_heads_parse(raw: bytes, method: str, path: str, keep_alive: boo
 def test_malformed_heads_are_refused(raw: bytes) -> None:
     with pytest.raises(BadRequest):
         parse_request_head(raw)
+
+
+def test_the_service_serves_runtime_metrics_and_readiness_while_running() -> None:
+    from tidelog.observability.service import ObservabilityService
+
+    async def main() -> tuple[int, bytes, int]:
+        service = ObservabilityService("127.0.0.1", 0)
+        loaded = asyncio.Event()
+        service.readiness.add("logs-loaded", loaded.is_set)
+        await service.start()
+        try:
+            assert service.port
+            not_ready = (await http(service.port, get("/readyz")))[0]
+            loaded.set()
+            await asyncio.sleep(0.3)  # one event-loop lag sample
+            status, _, body = await http(service.port, get("/metrics"))
+            return not_ready, body, status
+        finally:
+            await service.stop()
+
+    not_ready, body, status = asyncio.run(main())
+    text = body.decode()
+    assert not_ready == 503 and status == 200
+    for name in ("tidelog_build_info{", "process_cpu_seconds_total ", "process_open_fds ",
+                 "tidelog_event_loop_lag_seconds_count ", "# TYPE tidelog_requests_total counter"):
+        assert name in text, name
+
+
+def test_without_a_port_the_service_keeps_metrics_but_serves_nothing() -> None:
+    from tidelog.observability.service import ObservabilityService
+
+    async def main() -> ObservabilityService:
+        service = ObservabilityService(port=None)
+        await service.start()
+        service.metrics.produced("t", 10, 1)
+        await service.stop()
+        return service
+
+    service = asyncio.run(main())
+    assert service.port is None
+    assert 'tidelog_topic_messages_in_total{topic="t"} 1' in service.registry.render()
