@@ -57,6 +57,7 @@ import enum
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import crc32c
 
@@ -114,9 +115,12 @@ _DELETE_HORIZON_BIT = 0x40
 _INT32_MAX = 2**31 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """The 61-byte header of one v2 batch (see the module docstring for the layout)."""
+class BatchHeader(NamedTuple):
+    """The 61-byte header of one v2 batch (see the module docstring for the layout).
+
+    Immutable. A NamedTuple rather than a frozen dataclass: building one costs about 0.2 µs against
+    1.5 µs, and the produce path builds one per batch.
+    """
 
     base_offset: int
     batch_length: int
@@ -135,14 +139,10 @@ class BatchHeader:
     @classmethod
     def parse(cls, buf: Buffer, pos: int = 0) -> BatchHeader:
         """Unpack the header at ``pos`` without validating anything."""
-        return cls(*_HEADER.unpack_from(buf, pos))
+        return cls._make(_HEADER.unpack_from(buf, pos))
 
     def pack(self) -> bytes:
-        return _HEADER.pack(
-            self.base_offset, self.batch_length, self.partition_leader_epoch, self.magic, self.crc,
-            self.attributes, self.last_offset_delta, self.base_timestamp, self.max_timestamp,
-            self.producer_id, self.producer_epoch, self.base_sequence, self.records_count,
-        )  # fmt: skip
+        return _HEADER.pack(*self)
 
     @property
     def size(self) -> int:
@@ -237,7 +237,7 @@ def _check_batch(buf: Buffer, pos: int, end: int, *, validate: bool, from_produc
     magic = buf[pos + _MAGIC_POS]
     if magic != MAGIC:
         raise KafkaError(ErrorCode.INVALID_RECORD, f"batch at {pos} has magic {magic}; only 2 is accepted")
-    header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    header = BatchHeader._make(_HEADER.unpack_from(buf, pos))
     if not validate:
         return header
     view = buf if isinstance(buf, memoryview) else memoryview(buf)
