@@ -1,10 +1,15 @@
 """Request decoding (kio) and response encoding (hand-written for hot responses, kio otherwise).
 
-``decode_request(header, frame)`` turns the body of a frame into kio's request dataclass. kio 0.6.5
-raises ``KeyError`` on a tagged field it does not know, whereas the protocol (KIP-482) says an
-unknown tag must be skipped: on that error the body is walked once against the schema, unknown
-tags are dropped (``_TagStripper``), and the cleaned body is decoded again. The walk costs a
-Python pass over the body, so it only runs on that rare path.
+``decode_request(header, frame)`` turns the body of a frame into kio's request dataclass. Before
+kio reads a body, ``_Walker`` checks it against the schema (compiled once per class into a short
+plan; runs of fixed-width fields are one step), for two reasons found by fuzzing and reading kio:
+
+- kio 0.6.5 reserves memory for an array from the count on the wire, so a 10-byte request that
+  announces 2^35 elements aborts the whole process (a Rust allocation failure, not an exception).
+  The walk refuses any count or length larger than the bytes that remain.
+- kio raises ``KeyError`` on a tagged field it does not know, whereas KIP-482 says an unknown tag
+  is skipped. When the walk sees one, it copies the body without the unknown tags (at any depth)
+  and kio decodes that copy.
 
 ``encode_response(header, response)`` returns the buffers of a whole response frame, ready for
 ``writelines``: the first holds the 4-byte size and the response header; the others hold the body.
@@ -16,7 +21,7 @@ from __future__ import annotations
 import io
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from kio.serial import entity_reader, entity_writer
@@ -49,11 +54,14 @@ def decode_request(header: RequestHeader, frame: bytes | bytearray | memoryview)
     cls = apis.request_class(header.api_key, header.api_version)
     offset = header.body_offset
     try:
-        try:
-            request, size = _reader(cls)(frame, offset)
-        except KeyError:
-            frame, offset = _TagStripper(frame, offset).strip(cls), 0
-            request, size = _reader(cls)(frame, offset)
+        plan = _plan(cls)
+        walker = _Walker(frame, strip=False)
+        walker.walk(plan, offset)
+        if walker.unknown_tags:
+            stripper = _Walker(frame, strip=True)
+            stripper.walk(plan, offset)
+            frame, offset = bytes(stripper.out or b""), 0
+        request, _size = _reader(cls)(frame, offset)
     except InvalidRequest as error:
         error.api_key, error.correlation_id = header.api_key, header.correlation_id
         raise
@@ -144,109 +152,162 @@ _FIXED_WIDTH = {
     "uuid": 16,
 }
 
+# Steps of a compiled plan: (_FIXED, width) | (_COMPACT,) | (_INT16_LEN,) | (_INT32_LEN,)
+# | (_ARRAY, flexible, element step) | (_ENTITY, nullable, plan).
+_FIXED, _COMPACT, _INT16_LEN, _INT32_LEN, _ARRAY, _ENTITY = range(6)
+Step = tuple[Any, ...]
 
-class _TagStripper:
-    """Copies one entity's bytes, dropping tagged fields the schema does not declare.
 
-    Walks the wire format field by field from the kio dataclass (declared order, tagged fields
-    last), so that unknown tags at any depth are removed and known tags are kept (their value
-    walked too). Raises ``InvalidRequest`` if the bytes end early.
-    """
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """The wire layout of one kio entity, compiled once: its steps in order and its known tags."""
 
-    def __init__(self, buf: bytes | bytearray | memoryview, offset: int) -> None:
-        self.buf = memoryview(buf)
-        self.pos = offset
-        self.out = bytearray()
+    steps: tuple[Step, ...]
+    flexible: bool
+    tags: dict[int, Step]
 
-    def strip(self, cls: type[Any]) -> bytes:
-        self._entity(cls)
-        self.out += self.buf[self.pos :]
-        return bytes(self.out)
 
-    def _take(self, size: int) -> memoryview:
-        end = self.pos + size
-        if size < 0 or end > len(self.buf):
-            raise InvalidRequest("body truncated")
-        chunk = self.buf[self.pos : end]
-        self.pos = end
-        return chunk
+_PLANS: dict[object, _Plan] = {}
 
-    def _copy(self, size: int) -> None:
-        self.out += self._take(size)
 
-    def _uvarint(self) -> int:
-        value, end = read_uvarint(self.buf, self.pos)
-        self._copy(end - self.pos)
-        return value
-
-    def _signed(self, fmt: str) -> int:
-        value: int = struct.unpack_from(fmt, self._peek(struct.calcsize(fmt)))[0]
-        self._copy(struct.calcsize(fmt))
-        return value
-
-    def _peek(self, size: int) -> memoryview:
-        if self.pos + size > len(self.buf):
-            raise InvalidRequest("body truncated")
-        return self.buf[self.pos : self.pos + size]
-
-    def _entity(self, cls: type[Any]) -> None:
+def _plan(cls: type[Any]) -> _Plan:
+    found = _PLANS.get(cls)
+    if found is None:
         flexible = bool(cls.__flexible__)
-        tagged: dict[int, Any] = {}
+        steps: list[Step] = []
+        tags: dict[int, Step] = {}
         for field in fields(cls):
             tag = get_field_tag(field)
-            if tag is None:
-                self._field(field, flexible)
+            if tag is not None:
+                tags[int(tag)] = _field_step(field, flexible, tagged=True)
+                continue
+            step = _field_step(field, flexible, tagged=False)
+            if step[0] == _FIXED and steps and steps[-1][0] == _FIXED:
+                steps[-1] = (_FIXED, steps[-1][1] + step[1])
             else:
-                tagged[int(tag)] = field
-        if flexible:
-            self._tags(tagged)
+                steps.append(step)
+        found = _PLANS[cls] = _Plan(tuple(steps), flexible, tags)
+    return found
 
-    def _tags(self, known: dict[int, Any]) -> None:
-        count, end = read_uvarint(self.buf, self.pos)
-        self.pos = end
-        kept: list[tuple[int, bytes]] = []
-        for _ in range(count):
-            tag, self.pos = read_uvarint(self.buf, self.pos)
-            size, self.pos = read_uvarint(self.buf, self.pos)
-            payload = self._take(size)
-            if tag in known:
-                inner = _TagStripper(payload, 0)
-                inner._field(known[tag], True, tagged=True)
-                kept.append((tag, bytes(inner.out) + bytes(payload[inner.pos :])))
-        self.out += _uvarint_bytes(len(kept))
-        for tag, payload_bytes in kept:
-            self.out += _uvarint_bytes(tag) + _uvarint_bytes(len(payload_bytes)) + payload_bytes
 
-    def _field(self, field: Any, flexible: bool, tagged: bool = False) -> None:
-        kind = classify_field(field)
-        if kind.is_array:
-            length = self._uvarint() - 1 if flexible else self._signed(">i")
-            for _ in range(max(length, 0)):
-                self._value(kind, field, flexible)
-            return
-        if isinstance(kind, EntityField) and not tagged and _is_nullable(field) and self._signed(">b") < 0:
-            return
-        self._value(kind, field, flexible)
-
-    def _value(self, kind: Any, field: Any, flexible: bool) -> None:
-        if isinstance(kind, EntityField | EntityTupleField):
-            self._entity(kind.type_)
-            return
+def _field_step(field: Any, flexible: bool, tagged: bool) -> Step:
+    kind = classify_field(field)
+    if isinstance(kind, EntityField | EntityTupleField):
+        element: Step = (_ENTITY, False, _plan(kind.type_))
+    else:
         assert isinstance(kind, PrimitiveField | PrimitiveTupleField)
         kafka_type = get_schema_field_type(field)
         width = _FIXED_WIDTH.get(kafka_type)
         if width is not None:
-            self._copy(width)
+            element = (_FIXED, width)
         elif flexible:
-            self._copy(max(self._uvarint() - 1, 0))
-        elif kafka_type == "string":
-            self._copy(max(self._signed(">h"), 0))
+            element = (_COMPACT,)
         else:
-            self._copy(max(self._signed(">i"), 0))
+            element = (_INT16_LEN,) if kafka_type == "string" else (_INT32_LEN,)
+    if kind.is_array:
+        return (_ARRAY, flexible, element)
+    if isinstance(kind, EntityField) and not tagged and type(None) in getattr(field.type, "__args__", ()):
+        return (_ENTITY, True, element[2])
+    return element
 
 
-def _is_nullable(field: Any) -> bool:
-    return type(None) in getattr(field.type, "__args__", ())
+class _Walker:
+    """Walks a body against its compiled plan before kio reads it.
+
+    It checks every length and count against the bytes that remain, so that kio never sizes an
+    allocation from a hostile count (kio 0.6.5 reserves memory for a whole array up front: a
+    10-byte request announcing 2^35 elements aborts the process). With ``strip`` it also copies
+    the body while dropping tagged fields the schema does not declare, which kio cannot skip.
+    """
+
+    def __init__(self, buf: bytes | bytearray | memoryview, strip: bool, end: int | None = None) -> None:
+        self.buf = buf
+        self.end = len(buf) if end is None else end
+        self.out: bytearray | None = bytearray() if strip else None
+        self.unknown_tags = False
+
+    def walk(self, plan: _Plan, pos: int) -> int:
+        for step in plan.steps:
+            pos = self.step(step, pos)
+        return self.tags(plan, pos) if plan.flexible else pos
+
+    def _advance(self, pos: int, end: int) -> int:
+        if end > self.end:
+            raise InvalidRequest("body truncated")
+        if self.out is not None:
+            self.out += self.buf[pos:end]
+        return end
+
+    def step(self, step: Step, pos: int) -> int:
+        kind = step[0]
+        buf = self.buf
+        if kind == _FIXED:
+            return self._advance(pos, pos + step[1])
+        if kind == _COMPACT:
+            length, start = read_uvarint(buf, pos)
+            return self._advance(pos, start + max(length - 1, 0))
+        if kind == _INT16_LEN:
+            self._need(pos, 2)
+            return self._advance(pos, pos + 2 + max(_INT16.unpack_from(buf, pos)[0], 0))
+        if kind == _INT32_LEN:
+            self._need(pos, 4)
+            return self._advance(pos, pos + 4 + max(_SIZE.unpack_from(buf, pos)[0], 0))
+        if kind == _ARRAY:
+            return self._array(step[1], step[2], pos)
+        if step[1]:
+            self._need(pos, 1)
+            marker = buf[pos]
+            pos = self._advance(pos, pos + 1)
+            if marker == 0xFF:
+                return pos
+        plan: _Plan = step[2]
+        return self.walk(plan, pos)
+
+    def _need(self, pos: int, size: int) -> None:
+        if pos + size > self.end:
+            raise InvalidRequest("body truncated")
+
+    def _array(self, flexible: bool, element: Step, pos: int) -> int:
+        if flexible:
+            length, start = read_uvarint(self.buf, pos)
+            count = length - 1
+        else:
+            self._need(pos, 4)
+            count, start = _SIZE.unpack_from(self.buf, pos)[0], pos + 4
+        pos = self._advance(pos, start)
+        count = max(count, 0)  # -1 is a null array; kio refuses any other negative count
+        if count > self.end - pos:
+            raise InvalidRequest(f"array of {count} elements in {self.end - pos} remaining bytes")
+        if element[0] == _FIXED:
+            return self._advance(pos, pos + count * element[1])
+        for _ in range(count):
+            pos = self.step(element, pos)
+        return pos
+
+    def tags(self, plan: _Plan, pos: int) -> int:
+        count, pos = read_uvarint(self.buf, pos)
+        if count > self.end - pos:
+            raise InvalidRequest(f"{count} tagged fields in {self.end - pos} remaining bytes")
+        kept: list[bytes] = []
+        for _ in range(count):
+            tag, start = read_uvarint(self.buf, pos)
+            size, start = read_uvarint(self.buf, start)
+            end = start + size
+            self._need(start, size)
+            step = plan.tags.get(tag)
+            if step is None:
+                self.unknown_tags = True
+            else:
+                inner = _Walker(self.buf, strip=self.out is not None, end=end)
+                consumed = inner.step(step, start)
+                self.unknown_tags |= inner.unknown_tags
+                if inner.out is not None:
+                    value = bytes(inner.out) + bytes(self.buf[consumed:end])
+                    kept.append(_uvarint_bytes(tag) + _uvarint_bytes(len(value)) + value)
+            pos = end
+        if self.out is not None:
+            self.out += _uvarint_bytes(len(kept)) + b"".join(kept)
+        return pos
 
 
 def _uvarint_bytes(value: int) -> bytes:

@@ -203,3 +203,28 @@ def test_api_versions_fallback_can_list_every_range() -> None:
 def test_decode_works_on_a_memoryview_frame() -> None:
     frame = memoryview(request_frame(METADATA))
     assert decode_request(parse_request_header(frame), frame) == METADATA
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\xff\xff\xff\xff\x0f",  # compact array of 2^32 - 2 topics in a 5-byte body
+        b"\x80\x80\x80\x80\x08\x00\x00",  # 2^31 - 1 topics
+    ],
+)
+def test_huge_array_count_is_refused_before_kio_allocates_for_it(body: bytes) -> None:
+    # kio 0.6.5 reserves memory from the wire count: without the schema walk this aborts the process.
+    frame = request_frame(METADATA)[: -len(write(METADATA))] + body
+    with pytest.raises(InvalidRequest, match="array of"):
+        decode(frame)
+
+
+def test_huge_legacy_array_count_is_refused() -> None:
+    from kio.schema.request_header.v1.header import RequestHeader as KioHeaderV1
+
+    header = KioHeaderV1(
+        request_api_key=i16(3), request_api_version=i16(8), correlation_id=i32(1), client_id=None
+    )
+    frame = write(header) + struct.pack(">i", 2**31 - 1) + b"\x00\x00\x00"
+    with pytest.raises(InvalidRequest, match="array of"):
+        decode(frame)
