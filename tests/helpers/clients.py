@@ -28,7 +28,9 @@ def unique_topic(prefix: str = "t") -> str:
 
 
 def admin_client(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, **FAST_CLIENT})
+    # librdkafka lets producer-type handles auto-create the topics they ask Metadata for: not here,
+    # or checking that a deleted topic is gone would bring it back
+    return AdminClient({"bootstrap.servers": bootstrap, "allow.auto.create.topics": False, **FAST_CLIENT})
 
 
 def topic_partition_count(bootstrap: str, topic: str) -> int:
