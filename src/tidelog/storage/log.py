@@ -306,8 +306,7 @@ class PartitionLog:
             now = _now_ms() if now_ms is None else now_ms
             try:
                 for seg in old:
-                    seg.mark_deleted()
-                    self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
+                    self._retire(seg, now)
                 _cleaner_hook("complete_swap", self.dir, new_base)
                 new = LogSegment(self.dir, new_base, self.config.segment_index_bytes, load=True, now_ms=now)
                 if not new.load_clean(self.config.index_interval_bytes):
@@ -680,9 +679,8 @@ class PartitionLog:
                 return offset
             try:
                 while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
-                    gone = self._segments.pop()
                     self._bases.pop()
-                    gone.delete_files()
+                    self._retire(self._segments.pop(), _now_ms())
                 self.active_segment.truncate_to(offset)
             except OSError as exc:
                 raise self._io_failed(exc, "truncate") from exc
@@ -699,7 +697,7 @@ class PartitionLog:
         with self._lock:
             try:
                 for seg in self._segments:
-                    seg.delete_files()
+                    self._retire(seg, _now_ms())
                 self._segments.clear()
                 self._bases.clear()
                 self._add_segment(LogSegment(self.dir, offset, self.config.segment_index_bytes, load=False,
@@ -733,19 +731,23 @@ class PartitionLog:
         """Remove the longest run of oldest non-active segments for which ``doomed`` holds."""
         count = 0
         while len(self._segments) > 1 and doomed(self._segments[0], self._segments[1]):
-            seg = self._segments.pop(0)
             self._bases.pop(0)
-            try:
-                seg.mark_deleted()
-            except OSError as exc:
-                raise self._io_failed(exc, "delete segment") from exc
-            self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, seg))
+            self._retire(self._segments.pop(0), now_ms)
             count += 1
         if count:
             self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
             self.epoch_cache.truncate_from_start(self.log_start_offset)
             self.producers.delete_snapshots(below=self._segments[0].base_offset)
         return count
+
+    def _retire(self, seg: LogSegment, now_ms: int) -> None:
+        """Rename a segment removed from the log ``.deleted``; delete it after file.delete.delay.ms."""
+        try:
+            seg.write_indexes()
+            seg.mark_deleted()
+        except OSError as exc:
+            raise self._io_failed(exc, "delete segment") from exc
+        self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, seg))
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete old non-active segments by ``retention.ms``, ``retention.bytes`` and log start.
