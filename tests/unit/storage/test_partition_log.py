@@ -1,6 +1,8 @@
 import errno
+import itertools
 import os
 import struct
+import threading
 from pathlib import Path
 
 import pytest
@@ -391,3 +393,41 @@ def test_follower_appends_keep_leader_offsets_and_epochs(open_log: LogFactory) -
     assert follower.end_offset_for_epoch(1) == (1, 4)
     with pytest.raises(KafkaError):
         follower.append_as_follower(leader.read(0, 1 << 20).read_bytes())
+
+
+def test_concurrent_reads_flushes_and_retention_see_a_consistent_log(open_log: LogFactory) -> None:
+
+
+    log = open_log(LogConfig(segment_bytes=2000, retention_bytes=6000, file_delete_delay_ms=0))
+    stop = threading.Event()
+    problems: list[BaseException] = []
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                start = log.log_start_offset
+                fetch = log.read(start, 1 << 20)
+                data = fetch.read_bytes() if fetch.ranges else b""
+                offsets = offsets_of(data)
+                assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(offsets))
+            except KafkaError as exc:
+                if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:  # retention may move the start meanwhile
+                    problems.append(exc)
+            except BaseException as exc:
+                problems.append(exc)
+
+    def background() -> None:
+        while not stop.is_set():
+            log.flush()
+            log.apply_retention(NOW)
+
+    threads = [threading.Thread(target=reader), threading.Thread(target=background)]
+    for t in threads:
+        t.start()
+    for _ in range(300):
+        log.append_as_leader(make_batch(3), leader_epoch=0, now_ms=NOW)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert problems == []
+    assert log.log_end_offset == 900 and log.log_start_offset > 0
