@@ -91,7 +91,8 @@ class FetchData:
 
     ``end_offset`` is one past the last offset returned (the requested offset when empty).
 
-    A range stays readable for ``file.delete.delay.ms`` even if its segment is removed meanwhile.
+    A range stays readable as long as this object lives, even if its segment is removed meanwhile
+    (``holders`` keeps the segment, hence its descriptor, alive).
     """
 
     ranges: list[tuple[int, int, int]]  # (fd, position, length)
@@ -101,6 +102,8 @@ class FetchData:
     last_stable_offset: int
     end_offset: int = -1
     aborted: list[AbortedTxn] = field(default_factory=list)
+    # The segments the ranges point into: holding them keeps their descriptors open (see segment.py).
+    holders: list[object] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -469,6 +472,12 @@ class PartitionLog:
         if self.hw_follows_leo:
             self._high_watermark = self.log_end_offset
 
+    def last_data_offset(self, producer_id: int) -> int | None:
+        """Last offset of the producer's newest data batch still remembered, or None (for the cleaner)."""
+        with self._lock:
+            entry = self.producers.producers.get(producer_id)
+            return entry.batches[-1].last_offset if entry is not None and entry.batches else None
+
     def flush_due(self, now_ms: int) -> bool:
         """True when there are unflushed messages and ``flush.ms`` elapsed since the last flush."""
         return self._unflushed_messages > 0 and now_ms - self._last_flush_ms >= self.config.flush_ms
@@ -577,6 +586,7 @@ class PartitionLog:
                 raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
                                  f"offset {offset} outside [{self.log_start_offset}, {leo}]")
             ranges: list[tuple[int, int, int]] = []
+            holders: list[object] = []
             remaining = max_bytes
             position_offset = offset
             i = max(0, bisect.bisect_right(self._bases, offset) - 1)
@@ -588,6 +598,7 @@ class PartitionLog:
                                                       min_one_batch and not ranges)
                     if length:
                         ranges.append((seg.fd, pos, length))
+                        holders.append(seg)
                         remaining -= length
                         position_offset = nxt
                     if length and nxt < seg.next_offset:
@@ -597,7 +608,7 @@ class PartitionLog:
             except OSError as exc:
                 raise self._io_failed(exc, "read") from exc
             data = FetchData(ranges, self._high_watermark, self.log_start_offset, leo, self.last_stable_offset,
-                             position_offset)
+                             position_offset, holders=holders)
             if isolation_committed and ranges:
                 data.aborted = self.aborted_transactions(offset, position_offset)
             return data

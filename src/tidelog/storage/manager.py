@@ -382,7 +382,7 @@ class LogManager:
                 module = importlib.import_module("tidelog.storage.cleaner")
             except ModuleNotFoundError:
                 return
-            self._cleaner = module.LogCleaner(self)
+            self._cleaner = module.LogCleaner()
         compacted = [pl for pl in self._online_logs() if pl.config.compact]
         self._cleaner.run_once(compacted, self.clock())
 

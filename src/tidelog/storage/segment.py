@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,9 @@ class LogSegment:
         stem = file_stem(base_offset)
         self.log_path = directory / f"{stem}.log"
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | (0 if load else os.O_TRUNC), 0o644)
+        # The .log descriptor is closed by close(), or, once the files are deleted, when the last
+        # holder of this object (a FetchData in flight) lets it go: a range never meets a reused fd.
+        self._fd_closer = weakref.finalize(self, os.close, self.fd)
         self.size = os.fstat(self.fd).st_size
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -339,12 +343,15 @@ class LogSegment:
     def paths(self) -> list[Path]:
         return [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
 
+    def _close_indexes(self) -> None:
+        self.offset_index.close()
+        self.time_index.close()
+        self.txn_index.close()
+
     def close(self) -> None:
         if self.fd >= 0:
-            self.offset_index.close()
-            self.time_index.close()
-            self.txn_index.close()
-            os.close(self.fd)
+            self._close_indexes()
+            self._fd_closer()
             self.fd = -1
 
     def mark_deleted(self) -> None:
@@ -359,6 +366,7 @@ class LogSegment:
             index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
 
     def delete_files(self) -> None:
-        self.close()
+        """Unlink every file; the .log descriptor stays readable until this object is released."""
+        self._close_indexes()
         for path in self.paths():
             path.unlink(missing_ok=True)

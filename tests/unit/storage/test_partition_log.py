@@ -257,6 +257,9 @@ def test_deleted_segment_stays_readable_until_the_delay(open_log: LogFactory) ->
     assert log.delete_expired_files(NOW + 10**6 + 999) == 0
     assert log.delete_expired_files(NOW + 10**6 + 1000) > 0
     assert not list(log.dir.glob("*.deleted"))
+    for _ in range(20):  # files opened now must not take over the descriptors the fetch holds
+        open_log(name=f"other-{_}").append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW)
+    assert fetch.read_bytes() == expected, "a fetch in flight keeps reading its (deleted) segment"
 
 
 def test_flush_messages_asks_for_a_flush_and_flush_moves_the_recovery_point(open_log: LogFactory) -> None:
