@@ -24,8 +24,8 @@ import os
 import struct
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from tidelog.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, scan_valid_prefix
 from tidelog.storage.index import IndexCorrupt, OffsetIndex, TimeIndex
@@ -43,9 +43,12 @@ def file_stem(offset: int) -> str:
     return f"{offset:020d}"
 
 
-@dataclass(frozen=True, slots=True)
-class BatchInfo:
-    """What the log knows about one batch it is appending (position relative to the buffer)."""
+class BatchInfo(NamedTuple):
+    """What the log knows about one batch it is appending (position relative to the buffer).
+
+    A NamedTuple: the append path builds one per batch, and it is several times cheaper than a
+    frozen dataclass.
+    """
 
     position: int
     size: int
