@@ -601,8 +601,8 @@ class PartitionLog:
                         holders.append(seg)
                         remaining -= length
                         position_offset = nxt
-                    if length and nxt < seg.next_offset:
-                        break
+                    if position_offset < seg.next_offset:
+                        break  # a batch of this segment was left out: never skip over it
                     if max_offset is not None and position_offset >= max_offset:
                         break
             except OSError as exc:

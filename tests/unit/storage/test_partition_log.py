@@ -66,6 +66,16 @@ def test_read_limits(open_log: LogFactory) -> None:
         assert offsets_of(got.read_bytes() if got.ranges else b"") == expected, (offset, max_bytes, max_offset)
 
 
+def test_a_batch_too_big_for_the_fetch_is_never_skipped(open_log: LogFactory) -> None:
+    log = open_log(LogConfig(segment_bytes=600))
+    big, small = make_batch(1, value=b"x" * 400), make_batch(1)
+    for records in (small, big, small):
+        log.append_as_leader(records, leader_epoch=0, now_ms=NOW)
+    assert [s.base_offset for s in log.segments] == [0, 2]  # the big batch ends the first segment
+    got = log.read(1, len(small), min_one_batch=False)
+    assert got.ranges == [] and got.end_offset == 1
+
+
 @pytest.mark.parametrize("offset", [-1, 7])
 def test_read_outside_the_log_is_out_of_range(open_log: LogFactory, offset: int) -> None:
     log = open_log()
