@@ -91,9 +91,21 @@ def apply(log: PartitionLog, model: Model, op: tuple[object, int, int], path: Pa
     return log
 
 
+def paged_read(log: PartitionLog, page: int) -> bytes:
+    """Fetch the whole log ``page`` bytes at a time, as a consumer would, following ``end_offset``."""
+    offset, out = log.log_start_offset, b""
+    while offset < log.log_end_offset:
+        fetch = log.read(offset, page)
+        assert fetch.ranges, "min_one_batch: a fetch below the log end returns at least one batch"
+        assert fetch.size <= page or len(fetch.ranges) == 1
+        out += fetch.read_bytes()
+        offset = fetch.end_offset
+    return out
+
+
 @settings(max_examples=60)
-@given(operations)
-def test_offsets_stay_dense_and_reads_return_the_appended_bytes(ops: list[tuple[object, int, int]]) -> None:
+@given(operations, st.integers(1, 2500))
+def test_offsets_stay_dense_and_reads_return_the_appended_bytes(ops: list[tuple[object, int, int]], page: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "p-0"
         log = PartitionLog(path, CONFIG, now_ms=NOW)
@@ -104,6 +116,7 @@ def test_offsets_stay_dense_and_reads_return_the_appended_bytes(ops: list[tuple[
             start = log.log_start_offset
             fetch = log.read(start, 1 << 30)
             assert (fetch.read_bytes() if fetch.ranges else b"") == model.expected_from(start)
+            assert paged_read(log, page) == model.expected_from(start)
             bases = [s.base_offset for s in log.segments]
             assert bases == sorted(set(bases))
         log.close(clean=False)
