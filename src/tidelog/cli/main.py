@@ -1,95 +1,70 @@
-"""The ``tidelog`` command. ``tidelog serve`` starts a broker the way kafka-server-start.sh does."""
+"""The ``tidelog`` command: ``serve`` runs a broker; the other commands operate a cluster.
+
+Every command other than ``serve`` reaches the cluster only through the Kafka protocol (confluent-kafka),
+so each one works against Apache Kafka as well. Each command lives in its own module here and adds
+its parser through ``add_parser``.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import os
-import pathlib
 import sys
 
-from tidelog.common.config import BrokerConfig, parse_properties
-from tidelog.common.errors import ConfigError
+from tidelog.cli import cluster, configs, consume, perf, produce, serve, topics
+from tidelog.cli.common import CliError
+from tidelog.cli.serve import env_overrides, load_broker_config
+from tidelog.observability.logs import configure_logging
 
-ENV_PREFIX = "TIDELOG_"
+__all__ = ["build_parser", "env_overrides", "load_broker_config", "main"]
 
+EPILOG = """\
+examples:
+  tidelog serve --override log.dirs=/var/lib/tidelog --override metrics.port=9100
+  tidelog topics create orders --partitions 6
+  echo hello | tidelog produce orders
+  tidelog consume orders --from-beginning -e
+  tidelog cluster describe
+  tidelog perf produce orders --num-records 100000
 
-def env_overrides(environ: dict[str, str]) -> dict[str, str]:
-    """``TIDELOG_LOG_DIRS=/x`` → ``log.dirs=/x`` (dots as underscores, upper case)."""
-    return {
-        key[len(ENV_PREFIX):].lower().replace("_", "."): value
-        for key, value in environ.items()
-        if key.startswith(ENV_PREFIX) and key != ENV_PREFIX + "LOG_LEVEL"
-    }
-
-
-def load_broker_config(properties_file: str | None, overrides: list[str], environ: dict[str, str]) -> BrokerConfig:
-    """Properties file, then environment, then ``--override`` (last wins), validated by the catalogue."""
-    props: dict[str, str] = {}
-    if properties_file:
-        path = pathlib.Path(properties_file)
-        if not path.is_file():
-            raise ConfigError(f"properties file {properties_file} does not exist")
-        props.update(parse_properties(path.read_text()))
-    props.update(env_overrides(environ))
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--override expects key=value, got {item!r}")
-        props[key.strip()] = value.strip()
-    return BrokerConfig.from_properties(props)
-
-
-def _serve(args: argparse.Namespace) -> int:
-    from tidelog.broker.node import BrokerNode
-
-    log = logging.getLogger("tidelog")
-    try:
-        config = load_broker_config(args.properties, args.override, dict(os.environ))
-        for key in config.unknown:
-            log.warning("unknown configuration key %r ignored", key)
-        node = BrokerNode(config)
-    except ConfigError as exc:
-        print(f"tidelog: configuration error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        asyncio.run(node.run_until_signalled())
-    except ConfigError as exc:
-        print(f"tidelog: configuration error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"tidelog: cannot start: {exc}", file=sys.stderr)
-        return 1
-    return 0
+Each command has its own --help with examples. Commands other than serve find the cluster through
+--bootstrap-server, the TIDELOG_BOOTSTRAP_SERVER environment variable, or bootstrap.servers in a
+--command-config file (default 127.0.0.1:9092), and work against Apache Kafka too.
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tidelog", description="tidelog: a Kafka-compatible streaming platform.")
-    parser.add_argument("--log-level", default=os.environ.get("TIDELOG_LOG_LEVEL", "INFO"), help="DEBUG, INFO, WARNING, ERROR")
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser(
-        "serve",
-        help="run a broker",
-        description="Run a broker. With no arguments: 127.0.0.1:9092, data in ./data. Settings use Kafka's "
-        "names (docs/configuration.md) from a properties file, TIDELOG_* environment variables "
-        "(TIDELOG_LOG_DIRS=/data) and --override key=value, in increasing precedence.",
+    parser = argparse.ArgumentParser(
+        prog="tidelog", description="tidelog: a Kafka-compatible streaming platform.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    serve.add_argument("properties", nargs="?", help="server.properties-style file")
-    serve.add_argument("--override", action="append", default=[], metavar="KEY=VALUE", help="set one setting (repeatable)")
-    serve.set_defaults(func=_serve)
+    parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (env TIDELOG_LOG_LEVEL; default INFO for "
+                        "serve, WARNING for the client commands)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (serve, topics, configs, produce, consume, cluster, perf):
+        module.add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    result: int = args.func(args)
-    return result
+    default_level = "INFO" if args.command == "serve" else "WARNING"
+    args.log_level = (args.log_level or os.environ.get("TIDELOG_LOG_LEVEL") or default_level).upper()
+    if args.command != "serve":  # serve configures logging from its settings (log.format)
+        configure_logging(args.log_level, "text")
+    try:
+        code: int = args.func(args)
+    except CliError as exc:
+        print(f"tidelog: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (| head): not an error; keep Python from complaining at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    return code
 
 
 if __name__ == "__main__":
