@@ -6,15 +6,15 @@
 #
 # The jars come from Maven Central through `mvn dependency:copy-dependencies` on pom.xml beside
 # this script: nothing is built, nothing else is downloaded. The folder is
-#   ${TIDELOG_KAFKA_CACHE:-$HOME/.cache/tidelog}/kafka-${TIDELOG_KAFKA_VERSION:-<pom default>}/libs
+#   ${COMPAT_KAFKA_CACHE:-$HOME/.cache/tidelog}/kafka-${COMPAT_KAFKA_VERSION:-<pom default>}/libs
 # and a stamp file keyed on the pom's content makes a second run return at once. Any failure exits
 # non-zero with Maven's output, so a machine that cannot get Kafka fails loudly.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 pom="$here/pom.xml"
 default_version="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$pom" | head -n1)"
-version="${TIDELOG_KAFKA_VERSION:-$default_version}"
-cache="${TIDELOG_KAFKA_CACHE:-$HOME/.cache/tidelog}"
+version="${COMPAT_KAFKA_VERSION:-$default_version}"
+cache="${COMPAT_KAFKA_CACHE:-$HOME/.cache/tidelog}"
 home="$cache/kafka-$version"
 libs="$home/libs"
 stamp="$home/.installed-$(sha1sum <"$pom" | cut -c1-12)"

@@ -1,0 +1,147 @@
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs against Apache Kafka."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from compat_harness.scenario import Broker, Result, ScenarioFn, scenario_params
+from compat_harness.steps import (
+    APPEND,
+    BROKER_RESOURCE,
+    DELETE,
+    SET,
+    SUBTRACT,
+    TOPIC_RESOURCE,
+    alter_configs,
+    create_topic,
+    describe_configs,
+    incremental_alter_configs,
+)
+
+COMMON_KEYS = ["retention.ms", "segment.bytes", "cleanup.policy", "max.message.bytes", "min.insync.replicas",
+               "retention.bytes", "message.timestamp.type", "compression.type", "segment.ms"]
+
+
+def scenario_describe_configs_topic_defaults(b: Broker) -> None:
+    """Common topic keys of a topic without overrides, with synonyms: values, sources
+    (DEFAULT_CONFIG or the broker's static setting), types, read-only and sensitive flags."""
+    name = b.topic()
+    create_topic(b, name, 1)
+    describe_configs(b, "describe", TOPIC_RESOURCE, name, COMMON_KEYS, synonyms=True)
+
+
+def scenario_describe_configs_topic_overrides(b: Broker) -> None:
+    """A topic created with retention.ms, cleanup.policy and max.message.bytes set: those keys come
+    back as TOPIC_CONFIG with the broker default among their synonyms."""
+    name = b.topic()
+    create_topic(b, name, 1, {"retention.ms": "3600000", "cleanup.policy": "compact", "max.message.bytes": "2000"})
+    describe_configs(b, "describe", TOPIC_RESOURCE, name, COMMON_KEYS, synonyms=True)
+
+
+def scenario_describe_configs_all_topic_keys(b: Broker) -> None:
+    """Every config key a topic has (DescribeConfigs with no key list): the names, with value and
+    source of each."""
+    name = b.topic()
+    create_topic(b, name, 1)
+    response: Any = describe_configs(b, None, TOPIC_RESOURCE, name, None)
+    configs = getattr(response, "results", [None])[0]
+    b.note("configs", {c.name: {"value": c.value, "source": c.config_source, "read_only": c.read_only,
+                                "type": c.config_type, "sensitive": c.is_sensitive}
+                       for c in getattr(configs, "configs", ())})
+
+
+def scenario_describe_configs_documentation(b: Broker) -> None:
+    """include_documentation=true (v3+) returns a documentation string for each key."""
+    name = b.topic()
+    create_topic(b, name, 1)
+    response: Any = describe_configs(b, None, TOPIC_RESOURCE, name, ["retention.ms", "cleanup.policy"],
+                                     documentation=True)
+    configs = getattr(response, "results", [None])[0]
+    b.note("has documentation", {c.name: bool(c.documentation) for c in getattr(configs, "configs", ())})
+
+
+def scenario_describe_configs_unknown_resources(b: Broker) -> None:
+    """An unknown topic (UNKNOWN_TOPIC_OR_PARTITION), an unknown key (left out), an invalid topic
+    name, another broker's id, and a non-numeric broker name."""
+    name = b.topic()
+    create_topic(b, name, 1)
+    describe_configs(b, "unknown topic", TOPIC_RESOURCE, b.topic("-missing"), ["retention.ms"])
+    describe_configs(b, "unknown key", TOPIC_RESOURCE, name, ["no.such.key"])
+    describe_configs(b, "invalid topic name", TOPIC_RESOURCE, "bad name!", ["retention.ms"])
+    describe_configs(b, "broker 7", BROKER_RESOURCE, "7", ["num.partitions"])
+    describe_configs(b, "broker 'x'", BROKER_RESOURCE, "x", ["num.partitions"])
+
+
+def scenario_describe_configs_broker(b: Broker) -> None:
+    """Broker configs of this node: keys set in server.properties are STATIC_BROKER_CONFIG, others
+    DEFAULT_CONFIG; with synonyms."""
+    keys = ["num.partitions", "auto.create.topics.enable", "log.retention.hours", "log.retention.ms",
+            "message.max.bytes", "log.segment.bytes", "default.replication.factor", "log.cleanup.policy"]
+    describe_configs(b, "broker 1", BROKER_RESOURCE, "1", keys, synonyms=True)
+    describe_configs(b, "cluster default (empty name)", BROKER_RESOURCE, "", ["log.retention.ms"])
+
+
+def scenario_describe_configs_versions(b: Broker) -> None:
+    """The same topic keys at DescribeConfigs v1 (oldest accepted) and v3 (config types)."""
+    name = b.topic()
+    create_topic(b, name, 1, {"retention.ms": "3600000"})
+    for version in (1, 3):
+        describe_configs(b, f"v{version}", TOPIC_RESOURCE, name, ["retention.ms", "segment.bytes"], synonyms=True,
+                         version=version)
+
+
+def scenario_alter_configs(b: Broker) -> None:
+    """AlterConfigs (non-incremental) replaces the whole set of overrides: setting one key drops
+    the others; validate_only changes nothing; errors per resource."""
+    name = b.topic()
+    create_topic(b, name, 1, {"retention.ms": "3600000", "cleanup.policy": "compact"})
+    alter_configs(b, "validate only", TOPIC_RESOURCE, name, {"segment.ms": "60000"}, validate_only=True)
+    alter_configs(b, "set segment.ms", TOPIC_RESOURCE, name, {"segment.ms": "60000"})
+    describe_configs(b, "after", TOPIC_RESOURCE, name, ["retention.ms", "cleanup.policy", "segment.ms"])
+    alter_configs(b, "unknown key", TOPIC_RESOURCE, name, {"no.such.key": "1"})
+    alter_configs(b, "bad value", TOPIC_RESOURCE, name, {"retention.ms": "soon"})
+    alter_configs(b, "bad enum", TOPIC_RESOURCE, name, {"cleanup.policy": "shred"})
+    alter_configs(b, "unknown topic", TOPIC_RESOURCE, b.topic("-missing"), {"retention.ms": "1000"})
+    describe_configs(b, "after errors", TOPIC_RESOURCE, name, ["retention.ms", "cleanup.policy", "segment.ms"])
+
+
+def scenario_incremental_alter_configs(b: Broker) -> None:
+    """IncrementalAlterConfigs: SET, DELETE (also of a key that is not set), APPEND and SUBTRACT on
+    a list key, APPEND on a non-list key (INVALID_CONFIG), unknown key, bad value, unknown topic,
+    validate_only."""
+    name = b.topic()
+    create_topic(b, name, 1)
+    incremental_alter_configs(b, "set retention.ms", TOPIC_RESOURCE, name, [("retention.ms", SET, "7200000")])
+    incremental_alter_configs(b, "append cleanup.policy", TOPIC_RESOURCE, name, [("cleanup.policy", APPEND, "compact")])
+    describe_configs(b, "after set and append", TOPIC_RESOURCE, name, ["retention.ms", "cleanup.policy"])
+    incremental_alter_configs(b, "subtract cleanup.policy", TOPIC_RESOURCE, name,
+                              [("cleanup.policy", SUBTRACT, "delete")])
+    incremental_alter_configs(b, "delete retention.ms", TOPIC_RESOURCE, name, [("retention.ms", DELETE, None)])
+    incremental_alter_configs(b, "delete unset segment.ms", TOPIC_RESOURCE, name, [("segment.ms", DELETE, None)])
+    describe_configs(b, "after subtract and delete", TOPIC_RESOURCE, name, ["retention.ms", "cleanup.policy"])
+    incremental_alter_configs(b, "append to non-list", TOPIC_RESOURCE, name, [("retention.ms", APPEND, "5")])
+    incremental_alter_configs(b, "unknown key", TOPIC_RESOURCE, name, [("no.such.key", SET, "1")])
+    incremental_alter_configs(b, "bad value", TOPIC_RESOURCE, name, [("max.message.bytes", SET, "-5x")])
+    incremental_alter_configs(b, "unknown topic", TOPIC_RESOURCE, b.topic("-missing"), [("retention.ms", SET, "1")])
+    incremental_alter_configs(b, "same key twice", TOPIC_RESOURCE, name,
+                              [("retention.ms", SET, "1000"), ("retention.ms", SET, "2000")])
+    incremental_alter_configs(b, "validate only", TOPIC_RESOURCE, name, [("retention.ms", SET, "5000")],
+                              validate_only=True)
+    describe_configs(b, "after errors", TOPIC_RESOURCE, name, ["retention.ms", "cleanup.policy"])
+
+
+def scenario_incremental_alter_broker_configs(b: Broker) -> None:
+    """IncrementalAlterConfigs on the broker: a dynamic per-broker key (log.cleaner.threads), a
+    read-only one (log.dirs), a cluster-wide default (empty name) of log.retention.ms, then undo."""
+    incremental_alter_configs(b, "read-only log.dirs", BROKER_RESOURCE, "1", [("log.dirs", SET, "/tmp/x")])
+    incremental_alter_configs(b, "cluster default log.retention.ms", BROKER_RESOURCE, "",
+                              [("log.retention.ms", SET, "86400000")])
+    describe_configs(b, "broker after", BROKER_RESOURCE, "1", ["log.retention.ms"], synonyms=True)
+    incremental_alter_configs(b, "undo cluster default", BROKER_RESOURCE, "", [("log.retention.ms", DELETE, None)])
+
+
+@pytest.mark.parametrize("scenario", scenario_params(globals()))
+def test_same_as_kafka(scenario: ScenarioFn, compare_with_kafka: Callable[[ScenarioFn], Result]) -> None:
+    compare_with_kafka(scenario)

@@ -1,0 +1,168 @@
+"""Produce against Apache Kafka: unknown topics and partitions, acks, sizes, timestamps, bad batches, versions."""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable
+
+import pytest
+from compat_harness.entities import request
+from compat_harness.scenario import Broker, Result, ScenarioFn, scenario_params
+from compat_harness.steps import (
+    BASE_TS,
+    V_PRODUCE,
+    batch,
+    create_topic,
+    delete_topic,
+    fetch,
+    list_offsets,
+    metadata,
+    metadata_request,
+    produce,
+)
+
+from helpers.raw_client import legacy_message_set, record_batch
+from tidelog.protocol.apis import ApiKey
+
+
+def scenario_produce_to_unknown_topic(b: Broker) -> None:
+    """Produce to a topic that does not exist (auto-creation is on, but Produce never creates):
+    UNKNOWN_TOPIC_OR_PARTITION for the partition."""
+    produce(b, "produce", b.topic(), batch([b"v"]))
+    metadata(b, "metadata afterwards", [b.topic()])
+
+
+def scenario_produce_to_unknown_partition(b: Broker) -> None:
+    """Produce to partition 5 of a one-partition topic, and to partition -1."""
+    name = b.topic()
+    create_topic(b, name, 1)
+    produce(b, "produce to partition 5", name, batch([b"v"]), partition=5)
+    produce(b, "produce to partition -1", name, batch([b"v"]), partition=-1)
+
+
+def scenario_produce_acks(b: Broker) -> None:
+    """acks=1 and acks=-1 answer with the base offset; acks=0 gets no answer at all (the next
+    request on the connection is answered next); acks=2 is INVALID_REQUIRED_ACKS."""
+    name = b.topic()
+    create_topic(b, name, 1)
+    produce(b, "acks=1", name, batch([b"a", b"b"]), acks=1)
+    produce(b, "acks=-1", name, batch([b"c"]), acks=-1)
+    fire_and_forget = request(ApiKey.PRODUCE, V_PRODUCE, acks=0, timeout=10_000, topic_data=[
+        {"name": name, "partition_data": [{"index": 0, "records": batch([b"d"])}]},
+    ])
+    wire = b.connection()
+    wire.send_only(fire_and_forget)
+    b.wait_until("acks=0 record appended", lambda: _latest(b, name) == 4)
+    # Had the broker answered the acks=0 produce, this would read that answer (wrong correlation id).
+    b.call("metadata on the acks=0 connection", metadata_request([name]), wire=wire)
+    list_offsets(b, "latest after acks=0", name, -1)
+    produce(b, "acks=2", name, batch([b"e"]), acks=2)
+    list_offsets(b, "latest after acks=2", name, -1)
+
+
+def _latest(b: Broker, topic: str) -> int:
+    response = list_offsets(b, None, topic, -1)
+    try:
+        return int(response.topics[0].partitions[0].offset)
+    except (AttributeError, IndexError):
+        return -1
+
+
+def scenario_produce_record_larger_than_max_message_bytes(b: Broker) -> None:
+    """A batch above the topic's max.message.bytes (1000) is refused with MESSAGE_TOO_LARGE and
+    nothing is appended; a batch just under the limit is accepted."""
+    name = b.topic()
+    create_topic(b, name, 1, {"max.message.bytes": "1000"})
+    produce(b, "2000-byte record", name, batch([b"x" * 2000]))
+    produce(b, "900-byte batch", name, batch([b"x" * 900]))
+    list_offsets(b, "latest", name, -1)
+
+
+def scenario_produce_to_deleted_topic(b: Broker) -> None:
+    """Produce, delete the topic, produce again: the second produce gets UNKNOWN_TOPIC_OR_PARTITION."""
+    name = b.topic()
+    create_topic(b, name, 1)
+    produce(b, "produce before delete", name, batch([b"v"]))
+    delete_topic(b, name)
+    produce(b, "produce after delete", name, batch([b"v"]))
+
+
+def scenario_produce_corrupt_crc(b: Broker) -> None:
+    """A batch whose CRC does not match is refused (CORRUPT_MESSAGE) and nothing is appended."""
+    name = b.topic()
+    create_topic(b, name, 1)
+    produce(b, "bad crc", name, record_batch([b"v"], timestamp_ms=BASE_TS, corrupt_crc=True))
+    list_offsets(b, "latest", name, -1)
+
+
+def scenario_produce_legacy_magic(b: Broker) -> None:
+    """Produce v9 carrying magic 0 and magic 1 message sets (pre-0.11 format): refused, nothing appended."""
+    name = b.topic()
+    create_topic(b, name, 1)
+    produce(b, "magic 0", name, legacy_message_set([b"v"], magic=0))
+    produce(b, "magic 1", name, legacy_message_set([b"v"], magic=1))
+    list_offsets(b, "latest", name, -1)
+
+
+def scenario_produce_null_records(b: Broker) -> None:
+    """Produce with a null record set for the partition (waits 3 s at most for an answer)."""
+    name = b.topic()
+    create_topic(b, name, 1)
+    b.call("null records", request(ApiKey.PRODUCE, V_PRODUCE, acks=-1, timeout=10_000, topic_data=[
+        {"name": name, "partition_data": [{"index": 0, "records": None}]},
+    ]), wire=b.connection(timeout=3.0))
+    list_offsets(b, "latest", name, -1)
+
+
+def scenario_produce_timestamp_far_in_future(b: Broker) -> None:
+    """A record stamped two hours ahead is beyond log.message.timestamp.after.max.ms (one hour by
+    default): INVALID_TIMESTAMP."""
+    name = b.topic()
+    create_topic(b, name, 1)
+    future = int(time.time() * 1000) + 2 * 3600 * 1000
+    produce(b, "two hours ahead", name, batch([b"v"], timestamp_ms=future))
+    list_offsets(b, "latest", name, -1)
+
+
+def scenario_produce_log_append_time(b: Broker) -> None:
+    """A topic with message.timestamp.type=LogAppendTime: Produce answers the append time, and
+    fetched batches carry the timestamp-type attribute."""
+    name = b.topic()
+    create_topic(b, name, 1, {"message.timestamp.type": "LogAppendTime"})
+    produce(b, "produce", name, batch([b"a", b"b"]))
+    fetch(b, "fetch", name, 0)
+
+
+def scenario_produce_versions(b: Broker) -> None:
+    """The same one-record batch produced at v3 (oldest accepted), v7, v9 (first flexible), v11 and
+    v12; v13 names the topic by id."""
+    name = b.topic()
+    create_topic(b, name, 1)
+    for version in (3, 7, 9, 11, 12):
+        produce(b, f"produce v{version}", name, batch([b"v"]), version=version)
+    topic_id = metadata(b, None, [name]).topics[0].topic_id
+    b.call("produce v13 by topic id", request(ApiKey.PRODUCE, 13, acks=-1, timeout=10_000, topic_data=[
+        {"topic_id": topic_id, "partition_data": [{"index": 0, "records": batch([b"v"])}]},
+    ]))
+    fetch(b, "fetch all", name, 0)
+
+
+def scenario_produce_v2_refused(b: Broker) -> None:
+    """Produce v2 (advertised from v0 by Kafka 4 for librdkafka's sake, but not served): the broker
+    closes the connection without answering."""
+    name = b.topic()
+    create_topic(b, name, 1)
+    message_set = legacy_message_set([b"v"], magic=1)
+    encoded = name.encode()
+    body = (
+        struct.pack(">hii", 1, 10_000, 1) + struct.pack(">h", len(encoded)) + encoded
+        + struct.pack(">iii", 1, 0, len(message_set)) + message_set
+    )
+    b.record("produce v2", b.connection().send_raw(int(ApiKey.PRODUCE), 2, body))
+    list_offsets(b, "latest", name, -1)
+
+
+@pytest.mark.parametrize("scenario", scenario_params(globals()))
+def test_same_as_kafka(scenario: ScenarioFn, compare_with_kafka: Callable[[ScenarioFn], Result]) -> None:
+    compare_with_kafka(scenario)
