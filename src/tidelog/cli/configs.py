@@ -32,7 +32,10 @@ examples:
   tidelog configs describe --entity-type brokers --entity-name 1 --all
   tidelog configs alter --entity-type topics --entity-name orders --add-config retention.ms=3600000,cleanup.policy=[compact,delete]
   tidelog configs alter --entity-type topics --entity-name orders --delete-config retention.ms
-  tidelog configs alter --entity-type brokers --entity-default --add-config log.retention.ms=86400000
+  tidelog configs alter --entity-type brokers --entity-name 1 --add-config log.retention.ms=86400000
+
+Kafka's --entity-default (the cluster-wide broker default, resource name "") cannot be addressed
+through librdkafka; name the broker instead.
 """
 
 ENTITY_TYPES = {"topics": ResourceType.TOPIC, "topic": ResourceType.TOPIC, "brokers": ResourceType.BROKER, "broker": ResourceType.BROKER}
@@ -73,18 +76,12 @@ def add_parser(sub: Any) -> None:
 
 def _entity_options(parser: argparse.ArgumentParser, *, name_required: bool) -> None:
     parser.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES), help="topics or brokers")
-    names = parser.add_mutually_exclusive_group(required=name_required)
-    names.add_argument("--entity-name", action="append", metavar="NAME", help="topic name or broker id (repeatable; "
-                       "describe without it covers every topic or broker)")
-    names.add_argument("--entity-default", action="store_true", help="brokers only: the cluster-wide broker default")
+    parser.add_argument("--entity-name", action="append", required=name_required, metavar="NAME",
+                        help="topic name or broker id (repeatable; describe without it covers every topic or broker)")
 
 
 def _resources(admin: AdminClient, args: argparse.Namespace) -> list[ConfigResource]:
     kind = ENTITY_TYPES[args.entity_type]
-    if args.entity_default:
-        if kind != ResourceType.BROKER:
-            raise CliError("--entity-default applies to brokers only", 2)
-        return [ConfigResource(kind, "")]
     if args.entity_name:
         return [ConfigResource(kind, name) for name in args.entity_name]
     if kind == ResourceType.TOPIC:
@@ -95,8 +92,7 @@ def _resources(admin: AdminClient, args: argparse.Namespace) -> list[ConfigResou
 
 
 def _entity_label(resource: ConfigResource) -> str:
-    kind = "topic" if resource.restype == ResourceType.TOPIC else "broker"
-    return f"default {kind}" if resource.name == "" else f"{kind} {resource.name}"
+    return f"{'topic' if resource.restype == ResourceType.TOPIC else 'broker'} {resource.name}"
 
 
 def _source_name(source: int) -> str:

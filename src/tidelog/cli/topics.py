@@ -156,7 +156,8 @@ def _create(args: argparse.Namespace) -> int:
 
 def _delete(args: argparse.Namespace) -> int:
     names = _names(args)
-    futures = admin_client(args).delete_topics(names, operation_timeout=args.timeout, request_timeout=args.timeout)
+    admin = admin_client(args)  # must outlive its futures
+    futures = admin.delete_topics(names, operation_timeout=args.timeout, request_timeout=args.timeout)
     outcomes = []
     for name in names:
         try:
