@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tidelog.broker.fetch_sessions import FetchSessionCache
 from tidelog.broker.producer_ids import ProducerIdAllocator
@@ -14,6 +15,9 @@ from tidelog.common.config import BrokerConfig
 from tidelog.metadata.image import ClusterImage
 from tidelog.metadata.local_store import LocalMetadataStore
 from tidelog.storage.manager import LogManager
+
+if TYPE_CHECKING:
+    from tidelog.broker.group_runtime import GroupRuntime
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,7 @@ class BrokerContext:
     purgatory: FetchPurgatory = field(default_factory=FetchPurgatory)
     fetch_sessions: FetchSessionCache = field(default_factory=FetchSessionCache)
     producer_ids: ProducerIdAllocator | None = None
+    groups: GroupRuntime | None = None  # the group coordinator's shell (broker/group_runtime.py)
     now_ms: Callable[[], int] = wall_clock_ms
 
     @property
