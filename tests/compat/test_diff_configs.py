@@ -132,14 +132,28 @@ def scenario_incremental_alter_configs(b: Broker) -> None:
     describe_configs(b, "after errors", TOPIC_RESOURCE, name, ["retention.ms", "cleanup.policy"])
 
 
+def _broker_value(b: Broker, key: str) -> str | None:
+    response: Any = describe_configs(b, None, BROKER_RESOURCE, "1", [key])
+    configs = getattr(response, "results", [None])[0]
+    return next((c.value for c in getattr(configs, "configs", ()) if c.name == key), None)
+
+
 def scenario_incremental_alter_broker_configs(b: Broker) -> None:
-    """IncrementalAlterConfigs on the broker: a dynamic per-broker key (log.cleaner.threads), a
-    read-only one (log.dirs), a cluster-wide default (empty name) of log.retention.ms, then undo."""
+    """IncrementalAlterConfigs on the broker: a read-only key (log.dirs) is refused; a cluster-wide
+    default (empty resource name) of log.retention.ms shows on the broker as
+    DYNAMIC_DEFAULT_BROKER_CONFIG (Kafka applies it asynchronously: the scenario waits for it);
+    deleting it restores the default."""
     incremental_alter_configs(b, "read-only log.dirs", BROKER_RESOURCE, "1", [("log.dirs", SET, "/tmp/x")])
+    before = _broker_value(b, "log.retention.ms")
     incremental_alter_configs(b, "cluster default log.retention.ms", BROKER_RESOURCE, "",
                               [("log.retention.ms", SET, "86400000")])
-    describe_configs(b, "broker after", BROKER_RESOURCE, "1", ["log.retention.ms"], synonyms=True)
-    incremental_alter_configs(b, "undo cluster default", BROKER_RESOURCE, "", [("log.retention.ms", DELETE, None)])
+    try:
+        b.wait_until("cluster default applied", lambda: _broker_value(b, "log.retention.ms") == "86400000")
+        describe_configs(b, "broker after", BROKER_RESOURCE, "1", ["log.retention.ms"], synonyms=True)
+    finally:
+        incremental_alter_configs(b, "undo cluster default", BROKER_RESOURCE, "", [("log.retention.ms", DELETE, None)])
+        b.wait_until("cluster default removed", lambda: _broker_value(b, "log.retention.ms") == before)
+    describe_configs(b, "broker after undo", BROKER_RESOURCE, "1", ["log.retention.ms"], synonyms=True)
 
 
 @pytest.mark.parametrize("scenario", scenario_params(globals()))

@@ -7,10 +7,11 @@ Three kinds of entry, each with a ``reason`` (a loader refuses an entry without 
                    wildcard for any characters (nothing else is special, so ``[`` and ``]`` in paths
                    are literal); ``path`` may be a list of such patterns. Optional ``kafka`` / ``tidelog`` pin the two values: if either
                    broker's answer changes, the entry stops matching and the difference fails again.
-``[[known_bug]]``  ``scenario`` (exact name), ``path``, ``finding`` (an id in
+``[[known_bug]]``  ``scenario`` (exact name, or a list of them), ``path``, ``finding`` (an id in
                    ``docs/dev/compat-findings.md``): a difference that is a tidelog bug not fixed yet.
                    Its scenario is reported as an expected failure while the bug reproduces and fails
-                   as soon as it no longer does, so the entry is removed when the fix lands.
+                   as soon as it no longer does (in any of its scenarios), so the entry is removed or
+                   narrowed when the fix lands.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def _pattern(glob: str) -> re.Pattern[str]:
 @dataclass(frozen=True)
 class Entry:
     kind: str  # "allow" or "known_bug"
-    scenario: str
+    scenarios: tuple[str, ...]
     paths: tuple[str, ...]
     reason: str
     finding: str | None = None
@@ -43,9 +44,9 @@ class Entry:
 
     def matches(self, scenario: str, difference: Difference) -> bool:
         if self.kind == "known_bug":
-            if scenario != self.scenario:
+            if scenario not in self.scenarios:
                 return False
-        elif not _pattern(self.scenario).match(scenario):
+        elif not any(_pattern(glob).match(scenario) for glob in self.scenarios):
             return False
         if not any(_pattern(path).match(difference.path) for path in self.paths):
             return False
@@ -75,7 +76,7 @@ class AllowList:
         return next((entry for entry in ordered if entry.matches(scenario, difference)), None)
 
     def known_bugs(self, scenario: str) -> list[Entry]:
-        return [e for e in self.entries if e.kind == "known_bug" and e.scenario == scenario]
+        return [e for e in self.entries if e.kind == "known_bug" and scenario in e.scenarios]
 
 
 def load(path: Path = ALLOWLIST_PATH) -> AllowList:
@@ -90,8 +91,9 @@ def load(path: Path = ALLOWLIST_PATH) -> AllowList:
         for item in data.get(kind, []):
             _require(item, kind, required)
             paths = item["path"] if isinstance(item["path"], list) else [item["path"]]
+            scenarios = item["scenario"] if isinstance(item["scenario"], list) else [item["scenario"]]
             entries.append(Entry(
-                kind=kind, scenario=item["scenario"], paths=tuple(paths), reason=item["reason"],
+                kind=kind, scenarios=tuple(scenarios), paths=tuple(paths), reason=item["reason"],
                 finding=item.get("finding"), kafka=item.get("kafka", _UNSET),
                 tidelog=item.get("tidelog", _UNSET),
             ))

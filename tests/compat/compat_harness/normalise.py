@@ -11,7 +11,7 @@ an action, a reason). Actions:
     re-create still shows, a node id of 1 on one side and 3 on the other does not. Negative
     numbers, empty strings, ``None`` and the all-zero UUID are kept as they are (they mean "none").
 ``mask:LABEL``
-    any value other than ``None`` or a negative number becomes ``<LABEL>`` (host names, ports,
+    any value other than ``None``, ``""`` or a negative number becomes ``<LABEL>`` (host names, ports,
     human-readable error messages).
 ``records``
     record-batch bytes are decoded into batch headers and records (see ``decode_batches``) so that
@@ -81,7 +81,7 @@ class Normaliser:
                 return [self.token(argument, item) for item in value]
             return self.token(argument, value)
         if kind == "mask":
-            if value is None or (isinstance(value, int) and value < 0):
+            if value is None or value == "" or (isinstance(value, int) and value < 0):
                 return value
             return f"<{argument}>"
         if kind == "records":

@@ -208,4 +208,5 @@ def scenario_params(namespace: dict[str, Any]) -> list[Any]:
         pytest.param(fn, id=name.removeprefix("scenario_"))
         for name, fn in namespace.items()
         if name.startswith("scenario_") and callable(fn)
+        and getattr(fn, "__module__", None) == namespace["__name__"]  # not imported helpers
     ]

@@ -49,8 +49,11 @@ def batch(values: Sequence[bytes | None], *, timestamp_ms: int = BASE_TS, keys: 
 
 
 def metadata_request(topics: Sequence[str] | None, *, auto_create: bool = False, version: int = V_METADATA) -> Any:
-    entries = None if topics is None else [{"name": name, "topic_id": None} for name in topics]
-    fields: dict[str, Any] = {"topics": entries, "allow_auto_topic_creation": auto_create}
+    entry: dict[str, Any] = {"topic_id": None} if version >= 10 else {}
+    entries = None if topics is None else [{"name": name, **entry} for name in topics]
+    fields: dict[str, Any] = {"topics": entries}
+    if version >= 4:
+        fields["allow_auto_topic_creation"] = auto_create
     if version >= 8:
         fields["include_topic_authorized_operations"] = False
     if 8 <= version <= 10:
@@ -64,12 +67,23 @@ def metadata(b: Broker, label: str | None, topics: Sequence[str] | None, *, auto
 
 
 def topic_ready(b: Broker, name: str, partitions: int) -> bool:
+    """Metadata shows every partition with a leader, and each partition answers ListOffsets.
+
+    The second check matters for Kafka: its metadata cache can name this broker as leader a moment
+    before the partition itself is ready, when Produce and Fetch still get NOT_LEADER_OR_FOLLOWER.
+    """
     response = metadata(b, None, [name])
     topics = getattr(response, "topics", ())
-    return (
+    if not (
         len(topics) == 1 and topics[0].error_code == 0 and len(topics[0].partitions) == partitions
         and all(p.leader_id >= 0 and p.error_code == 0 for p in topics[0].partitions)
-    )
+    ):
+        return False
+    for partition in range(partitions):
+        answer = list_offsets(b, None, name, -1, partition=partition)
+        if answer.topics[0].partitions[0].error_code != 0:
+            return False
+    return True
 
 
 def topic_gone(b: Broker, name: str) -> bool:
