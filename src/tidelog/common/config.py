@@ -14,9 +14,12 @@ from __future__ import annotations
 import enum
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TypeVar, overload
 
 from tidelog.common.errors import ConfigError
+
+_D = TypeVar("_D")
 
 
 class Type(enum.Enum):
@@ -215,7 +218,43 @@ _BROKER: list[Setting] = [
     Setting("log.format", Type.STRING, "text", "Broker log lines: text (human) or json (one JSON object per line).", _B, False, one_of("text", "json")),
     Setting("cluster.id", Type.STRING, None, "Cluster id; generated and stored in meta.properties on first start when unset.", _B),
     Setting("controlled.shutdown.enable", Type.BOOLEAN, True, "Accepted for compatibility.", _B),
+    # Security (docs/security.md). "Per listener": also settable as listener.name.<listener>.<key>.
+    Setting("ssl.keystore.type", Type.STRING, "PEM", "Format of ssl.keystore.location; tidelog reads PEM only. Per listener.", _B, False, one_of("PEM")),
+    Setting("ssl.keystore.location", Type.STRING, None, "PEM file with the listener's certificate (chain) and private key. Per listener.", _B),
+    Setting("ssl.key.password", Type.PASSWORD, None, "Password of the private key in ssl.keystore.location, if encrypted. Per listener.", _B, sensitive=True),
+    Setting("ssl.truststore.type", Type.STRING, "PEM", "Format of ssl.truststore.location; tidelog reads PEM only. Per listener.", _B, False, one_of("PEM")),
+    Setting("ssl.truststore.location", Type.STRING, None, "PEM bundle of the CAs that sign client certificates. Per listener.", _B),
+    Setting("ssl.truststore.certificates", Type.STRING, None, "The trusted CAs as inline PEM text (instead of a file). Per listener.", _B),
+    Setting("ssl.client.auth", Type.STRING, "none", "Client certificates: none, requested (verified if sent) or required (mutual TLS). Per listener.", _B, False, one_of("none", "requested", "required")),
+    Setting("ssl.enabled.protocols", Type.LIST, ["TLSv1.2", "TLSv1.3"], "TLS versions accepted. Per listener.", _B, False, one_of("TLSv1.2", "TLSv1.3")),
+    Setting("ssl.principal.mapping.rules", Type.STRING, "DEFAULT", "Rules from a client certificate's subject to a principal name: RULE:regex/replacement/[LU] or DEFAULT, comma separated. Per listener.", _B),
+    Setting("sasl.enabled.mechanisms", Type.LIST, ["SCRAM-SHA-256", "SCRAM-SHA-512"], "SASL mechanisms offered on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512. Per listener.", _B, False, one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+    Setting("sasl.plain.users.file", Type.STRING, None, "tidelog: SASL/PLAIN users, one 'name = password' (or pbkdf2_sha256 hash) per line; re-read when it changes. Per listener.", _B),
+    Setting("sasl.server.max.receive.size", Type.INT, 524288, "Largest request accepted from a SASL client before it has authenticated.", _B, False, at_least(1)),
+    Setting("connection.failed.authentication.delay.ms", Type.INT, 100, "Delay before answering a failed authentication and closing the connection.", _B, False, at_least(0)),
+    Setting("authorizer.class.name", Type.STRING, "", "Empty: no authorizer (everything allowed). org.apache.kafka.metadata.authorizer.StandardAuthorizer (or kafka.security.authorizer.AclAuthorizer): enforce ACLs.", _B, False, one_of("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "kafka.security.authorizer.AclAuthorizer")),
+    Setting("super.users", Type.STRING, None, "Principals allowed everything, separated by ';' (User:admin;User:ops).", _B),
+    Setting("allow.everyone.if.no.acl.found", Type.BOOLEAN, False, "Allow a request on a resource no ACL mentions.", _B),
+    Setting("authorizer.mode", Type.STRING, "enforce", "tidelog: enforce ACLs, or audit: allow every request and record those enforcement would deny (the path from an open cluster to a locked one). Per listener.", _B, True, one_of("enforce", "audit")),
+    Setting("authorizer.audit.flush.interval.ms", Type.LONG, 10_000, "tidelog: how often the audit record is written to __acl_audit.json in the first log dir.", _B, False, at_least(1)),
+    Setting("authorizer.audit.max.entries", Type.INT, 10_000, "tidelog: most distinct (principal, client, host, resource, operation) rows the audit keeps; more are counted as dropped.", _B, False, at_least(1)),
 ]
+
+# Keys that may also be set for one listener as listener.name.<listener>.<key> (listener in lower case).
+LISTENER_PREFIX = "listener.name."
+LISTENER_SCOPED = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.key.password", "ssl.truststore.type",
+    "ssl.truststore.location", "ssl.truststore.certificates", "ssl.client.auth", "ssl.enabled.protocols",
+    "ssl.principal.mapping.rules", "sasl.enabled.mechanisms", "sasl.plain.users.file", "authorizer.mode",
+})
+
+
+def listener_key_base(key: str) -> str | None:
+    """``listener.name.<listener>.<key>`` → ``<key>`` when that key may be set per listener."""
+    if not key.startswith(LISTENER_PREFIX):
+        return None
+    listener, sep, base = key[len(LISTENER_PREFIX):].partition(".")
+    return base if sep and listener and base in LISTENER_SCOPED else None
 
 # Broker keys that only provide defaults for topic settings and are not otherwise listed.
 _BROKER_DEFAULTS: list[Setting] = [
@@ -225,7 +264,31 @@ _BROKER_DEFAULTS: list[Setting] = [
 ]
 
 TOPIC_SETTINGS: dict[str, Setting] = {s.name: s for s in _TOPIC}
-BROKER_SETTINGS: dict[str, Setting] = {s.name: s for s in _BROKER + _BROKER_DEFAULTS}
+
+
+class _BrokerCatalogue(dict[str, Setting]):
+    """Broker settings by key; a per-listener key resolves to its base setting under its own name."""
+
+    def __missing__(self, key: str) -> Setting:
+        base = listener_key_base(key)
+        if base is None:
+            raise KeyError(key)
+        return replace(dict.__getitem__(self, base), name=key)
+
+    @overload
+    def get(self, key: str, default: None = None, /) -> Setting | None: ...
+    @overload
+    def get(self, key: str, default: Setting, /) -> Setting: ...
+    @overload
+    def get(self, key: str, default: _D, /) -> Setting | _D: ...
+    def get(self, key: str, default: object = None, /) -> object:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+
+BROKER_SETTINGS: dict[str, Setting] = _BrokerCatalogue({s.name: s for s in _BROKER + _BROKER_DEFAULTS})
 
 
 class ConfigSource(enum.IntEnum):
@@ -270,7 +333,18 @@ class BrokerConfig:
             return self.static[key]
         return self._derived_default(key)
 
+    def get_for_listener(self, listener: str, key: str) -> Value:
+        """``listener.name.<listener>.<key>`` if set (listener in lower case, or as spelled), else ``key``."""
+        for name in (listener.lower(), listener):
+            prefixed = f"{LISTENER_PREFIX}{name}.{key}"
+            if self.has(prefixed):
+                return self.get(prefixed)
+        return self.get(key)
+
     def _derived_default(self, key: str) -> Value:
+        base = listener_key_base(key)
+        if base is not None:
+            return self.get(base)
         # Kafka's fallbacks between unit variants of the same setting.
         if key == "log.retention.ms":
             if self.has("log.retention.minutes"):
@@ -362,7 +436,9 @@ def render_markdown() -> str:
         "`--override key=value`, or in the environment as `TIDELOG_` + the key upper-cased with dots as",
         "underscores (`TIDELOG_LOG_DIRS=/var/lib/tidelog`). Topic settings are set per topic with",
         "CreateTopics and AlterConfigs from any Kafka admin client; their broker-wide",
-        "default is the broker key named in the last column.",
+        "default is the broker key named in the last column. Broker keys whose description says",
+        "\"Per listener\" may also be set for one listener as `listener.name.<listener>.<key>` (listener",
+        "name in lower case), which wins over the plain key.",
         "",
     ]
     for title, settings in (("Broker settings", BROKER_SETTINGS), ("Topic settings", TOPIC_SETTINGS)):
