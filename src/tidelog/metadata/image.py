@@ -1,4 +1,4 @@
-"""The cluster image: brokers, topics, partitions and configs as frozen data.
+"""The cluster image: brokers, topics, partitions, configs, ACLs and SCRAM credentials as frozen data.
 
 The image is replaced, never mutated: every change (a topic created, a config altered, partitions
 added) produces a new image from the old one plus a change, and the store persists the new image
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from tidelog.common.config import Value
+from tidelog.protocol.sasl import ScramCredential
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
@@ -43,12 +44,33 @@ class TopicImage:
 
 
 @dataclass(frozen=True, slots=True)
+class AclEntry:
+    """One ACL as Kafka's metadata stores it (AccessControlEntryRecord): wire codes and strings.
+
+    The codes are ``tidelog.security.acl``'s enums (resource type 2 = TOPIC, pattern 3 = LITERAL,
+    4 = PREFIXED, operation 3 = READ, permission 2 = DENY, 3 = ALLOW, ...).
+    """
+
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterImage:
     cluster_id: str
     topics: Mapping[str, TopicImage] = field(default_factory=lambda: MappingProxyType({}))
     broker_configs: Mapping[str, Value] = field(default_factory=lambda: MappingProxyType({}))
     # Producer ids below this are handed out (or reserved by a broker's current block).
     producer_id_block_end: int = 0
+    # Replaced as a whole on every change, so a reader can tell "changed" by identity.
+    acls: tuple[AclEntry, ...] = ()
+    # (user, mechanism) → salted credential; never a password.
+    scram_credentials: Mapping[tuple[str, str], ScramCredential] = field(default_factory=lambda: MappingProxyType({}))
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         for topic in self.topics.values():
@@ -71,6 +93,12 @@ class ClusterImage:
 
     def with_broker_configs(self, configs: Mapping[str, Value]) -> ClusterImage:
         return replace(self, broker_configs=MappingProxyType(dict(configs)))
+
+    def with_acls(self, acls: tuple[AclEntry, ...]) -> ClusterImage:
+        return replace(self, acls=tuple(dict.fromkeys(acls)))
+
+    def with_scram_credentials(self, credentials: Mapping[tuple[str, str], ScramCredential]) -> ClusterImage:
+        return replace(self, scram_credentials=MappingProxyType(dict(credentials)))
 
 
 def new_topic(name: str, partitions: int, node_id: int, configs: Mapping[str, Value]) -> TopicImage:

@@ -9,15 +9,22 @@ File ``<first log dir>/__cluster_metadata.json``::
      "topics": [{"name": "orders", "topic_id": "<uuid>",
                  "configs": {"retention.ms": 60000, ...},              # topic overrides only
                  "partitions": [{"index": 0, "leader": 1, "leader_epoch": 0,
-                                 "replicas": [1], "isr": [1]}, ...]}, ...]}
+                                 "replicas": [1], "isr": [1]}, ...]}, ...],
+     "acls": [{"resource_type": 2, "resource_name": "orders", "pattern_type": 3,   # optional
+               "principal": "User:app", "host": "*", "operation": 4, "permission_type": 3}, ...],
+     "scram_credentials": [{"user": "app", "mechanism": "SCRAM-SHA-256",           # optional
+                            "salt": "<base64>", "stored_key": "<base64>", "server_key": "<base64>",
+                            "iterations": 8192}, ...]}
 
 Writes go to a temporary file that is fsynced, renamed over the old file, and the directory fsynced,
 so after a crash the file is either the old image or the new one, never a mix. Values are JSON
-natives of the catalogue's types (lists for LIST settings).
+natives of the catalogue's types (lists for LIST settings). Keys added after version 1 was first
+written (``acls``, ``scram_credentials``) are optional: a file without them loads as having none.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import pathlib
@@ -28,7 +35,8 @@ from types import MappingProxyType
 from typing import Any
 
 from tidelog.common.errors import ConfigError
-from tidelog.metadata.image import ClusterImage, PartitionImage, TopicImage
+from tidelog.metadata.image import AclEntry, ClusterImage, PartitionImage, TopicImage
+from tidelog.protocol.sasl import ScramCredential
 
 FILE_NAME = "__cluster_metadata.json"
 FORMAT_VERSION = 1
@@ -73,6 +81,29 @@ def _image_to_json(image: ClusterImage) -> dict[str, Any]:
             }
             for topic in image.topics.values()
         ],
+        "acls": [
+            {
+                "resource_type": a.resource_type,
+                "resource_name": a.resource_name,
+                "pattern_type": a.pattern_type,
+                "principal": a.principal,
+                "host": a.host,
+                "operation": a.operation,
+                "permission_type": a.permission_type,
+            }
+            for a in image.acls
+        ],
+        "scram_credentials": [
+            {
+                "user": user,
+                "mechanism": mechanism,
+                "salt": base64.b64encode(c.salt).decode(),
+                "stored_key": base64.b64encode(c.stored_key).decode(),
+                "server_key": base64.b64encode(c.server_key).decode(),
+                "iterations": c.iterations,
+            }
+            for (user, mechanism), c in sorted(image.scram_credentials.items())
+        ],
     }
 
 
@@ -93,6 +124,20 @@ def _image_from_json(doc: Mapping[str, Any]) -> ClusterImage:
         topics=MappingProxyType(topics),
         broker_configs=MappingProxyType(dict(doc.get("broker_configs", {}))),
         producer_id_block_end=int(doc.get("producer_id_block_end", 0)),
+        acls=tuple(
+            AclEntry(
+                int(a["resource_type"]), str(a["resource_name"]), int(a["pattern_type"]), str(a["principal"]),
+                str(a["host"]), int(a["operation"]), int(a["permission_type"]),
+            )
+            for a in doc.get("acls", ())
+        ),
+        scram_credentials=MappingProxyType({
+            (str(c["user"]), str(c["mechanism"])): ScramCredential(
+                base64.b64decode(c["salt"]), base64.b64decode(c["stored_key"]), base64.b64decode(c["server_key"]),
+                int(c["iterations"]),
+            )
+            for c in doc.get("scram_credentials", ())
+        }),
     )
 
 
