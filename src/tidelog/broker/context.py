@@ -14,6 +14,9 @@ from tidelog.broker.topic_admin import TopicAdmin
 from tidelog.common.config import BrokerConfig
 from tidelog.metadata.image import ClusterImage
 from tidelog.metadata.local_store import LocalMetadataStore
+from tidelog.security.access import AccessGate
+from tidelog.security.authenticator import SaslAuthenticator
+from tidelog.security.principal import ANONYMOUS
 from tidelog.storage.manager import LogManager
 
 if TYPE_CHECKING:
@@ -37,6 +40,11 @@ class ConnectionInfo:
     peer: str
     listener: Endpoint
     client_id: str | None = None
+    principal: str = ANONYMOUS  # Kafka's "User:name"; from TLS or SASL (security/principal.py)
+    host: str = ""  # the client's IP address, as ACL host filters compare it
+    # A SASL connection's authentication while it is not complete; None once done and on other listeners.
+    auth: SaslAuthenticator | None = None
+    close_after_response: bool = False  # set by a handler: answer, then close (failed authentication)
 
 
 def wall_clock_ms() -> int:
@@ -58,6 +66,8 @@ class BrokerContext:
     producer_ids: ProducerIdAllocator | None = None
     groups: GroupRuntime | None = None  # the group coordinator's shell (broker/group_runtime.py)
     now_ms: Callable[[], int] = wall_clock_ms
+    # None when authorizer.class.name is empty: every request is allowed (broker/authz.py).
+    authorizer: AccessGate | None = None
 
     @property
     def image(self) -> ClusterImage:
