@@ -35,7 +35,7 @@ class DroppingProxy:
 
     def close(self) -> None:
         self._closed = True
-        self._listener.close()
+        _shutdown(self._listener)  # shutdown, not just close, wakes the thread blocked in accept()
         with self._lock:
             sockets = list(self._sockets)
         for sock in sockets:
