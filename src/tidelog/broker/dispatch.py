@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import tidelog.broker.handlers.security as security_handlers
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.handlers import cluster, configs, fetch, log_dirs, offsets, produce, topics
 from tidelog.protocol import apis
@@ -35,6 +36,13 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.ALTER_CONFIGS: configs.alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
     ApiKey.DESCRIBE_LOG_DIRS: log_dirs.describe_log_dirs,
+    ApiKey.SASL_HANDSHAKE: security_handlers.sasl_handshake,
+    ApiKey.SASL_AUTHENTICATE: security_handlers.sasl_authenticate,
+    ApiKey.DESCRIBE_ACLS: security_handlers.describe_acls,
+    ApiKey.CREATE_ACLS: security_handlers.create_acls,
+    ApiKey.DELETE_ACLS: security_handlers.delete_acls,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: security_handlers.describe_user_scram_credentials,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: security_handlers.alter_user_scram_credentials,
 }
 
 

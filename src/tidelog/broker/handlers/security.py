@@ -1,0 +1,347 @@
+"""SaslHandshake, SaslAuthenticate, Create/Describe/DeleteAcls and Describe/AlterUserScramCredentials.
+
+Authentication: the connection's ``SaslAuthenticator`` (security/authenticator.py) sequences the
+exchange; these handlers translate it to responses. A failed attempt (unknown mechanism, bad token,
+wrong credentials) is answered after ``connection.failed.authentication.delay.ms`` and the connection
+is then closed: one connection, one attempt, as in Kafka. On success the connection takes the
+principal ``User:<name>`` and may send any request.
+
+ACLs and SCRAM credentials are part of the cluster metadata: each request validates every item,
+commits one new image with the accepted changes, and answers per item with Kafka's error codes.
+With no authorizer configured the ACL requests answer SECURITY_DISABLED, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from typing import Any
+
+from tidelog.broker.authz import Op, acl_entry, authorize_cluster
+from tidelog.broker.context import BrokerContext, ConnectionInfo
+from tidelog.broker.responses import NO_THROTTLE, builder
+from tidelog.common.errors import ErrorCode
+from tidelog.protocol.headers import RequestHeader
+from tidelog.protocol.sasl import (
+    MAX_ITERATIONS,
+    MIN_ITERATIONS,
+    SCRAM_SHA_256,
+    SCRAM_SHA_512,
+    SaslError,
+    Step,
+    credential_from_salted_password,
+)
+from tidelog.security.acl import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+    binding_problem,
+)
+from tidelog.security.authenticator import AuthState, SaslAuthenticator
+
+log = logging.getLogger(__name__)
+
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
+DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
+NO_AUTHORIZER = "No Authorizer is configured."
+# Kafka's ScramMechanism codes on the wire.
+SCRAM_CODES = {1: SCRAM_SHA_256, 2: SCRAM_SHA_512}
+SCRAM_NUMBERS = {name: code for code, name in SCRAM_CODES.items()}
+
+
+# -- authentication --------------------------------------------------------------------------------
+
+
+async def _fail_slowly(ctx: BrokerContext, conn: ConnectionInfo, why: str) -> None:
+    """Delay the answer to a failed authentication, then have the server close the connection."""
+    log.info("authentication failed for %s (client %s) on %s: %s", conn.peer, conn.client_id, conn.listener.name, why)
+    conn.close_after_response = True
+    delay_ms = ctx.config.get_int("connection.failed.authentication.delay.ms")
+    if delay_ms > 0:
+        await asyncio.sleep(delay_ms / 1000)
+
+
+def _authenticated(conn: ConnectionInfo, auth: SaslAuthenticator) -> None:
+    assert auth.principal is not None
+    conn.principal = auth.principal
+    conn.auth = None
+    log.debug("%s authenticated as %s with %s on %s", conn.peer, auth.principal, auth.mechanism, conn.listener.name)
+
+
+async def _step(auth: SaslAuthenticator, token: bytes) -> Step:
+    # PLAIN may check a PBKDF2 hash from the users file: keep that off the event loop.
+    return await asyncio.get_running_loop().run_in_executor(None, auth.authenticate, token)
+
+
+async def sasl_handshake(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    b = builder(SASL_HANDSHAKE, header.api_version)
+    auth = conn.auth
+    if auth is None:
+        # Not a SASL listener, or already authenticated (re-authentication is not offered).
+        return b.make("SaslHandshakeResponse", error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=())
+    error = auth.handshake(request.mechanism, header.api_version)
+    if error is not ErrorCode.NONE:
+        await _fail_slowly(ctx, conn, f"SaslHandshake for {request.mechanism!r}: {error.name}")
+    return b.make("SaslHandshakeResponse", error_code=error, mechanisms=auth.settings.mechanisms)
+
+
+async def sasl_authenticate(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    b = builder(SASL_AUTHENTICATE, header.api_version)
+
+    def answer(error: ErrorCode, message: str | None, challenge: bytes = b"") -> Any:
+        return b.make(
+            "SaslAuthenticateResponse", error_code=error, error_message=message, auth_bytes=challenge,
+            session_lifetime=NO_THROTTLE,
+        )
+
+    auth = conn.auth
+    if auth is None:
+        return answer(ErrorCode.ILLEGAL_SASL_STATE, "SaslAuthenticate request received after successful authentication")
+    if auth.state is not AuthState.AUTHENTICATE:
+        await _fail_slowly(ctx, conn, "SaslAuthenticate before SaslHandshake v1")
+        return answer(ErrorCode.ILLEGAL_SASL_STATE, "Unexpected SaslAuthenticate request: send SaslHandshake first")
+    try:
+        step = await _step(auth, bytes(request.auth_bytes))
+    except SaslError as exc:
+        await _fail_slowly(ctx, conn, str(exc))
+        return answer(ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc))
+    if step.complete:
+        _authenticated(conn, auth)
+    return answer(ErrorCode.NONE, None, step.challenge)
+
+
+async def sasl_raw_token(ctx: BrokerContext, conn: ConnectionInfo, token: bytes) -> bytes | None:
+    """A bare SASL token after SaslHandshake v0; the challenge to send back, or None to close."""
+    auth = conn.auth
+    assert auth is not None
+    try:
+        step = await _step(auth, token)
+    except SaslError as exc:
+        await _fail_slowly(ctx, conn, str(exc))
+        return None
+    if step.complete:
+        _authenticated(conn, auth)
+    return step.challenge
+
+
+# -- ACLs ------------------------------------------------------------------------------------------
+
+
+def _binding(creation: Any) -> AclBinding | str:
+    try:
+        return AclBinding(
+            ResourceType(creation.resource_type), creation.resource_name, PatternType(creation.resource_pattern_type),
+            creation.principal, creation.host, AclOperation(creation.operation), AclPermissionType(creation.permission_type),
+        )
+    except ValueError:
+        return "Unknown resource type, pattern type, operation or permission type code"
+
+
+def _filter(raw: Any) -> AclBindingFilter | str:
+    try:
+        return AclBindingFilter(
+            ResourceType(raw.resource_type_filter), raw.resource_name_filter, PatternType(raw.pattern_type_filter),
+            raw.principal_filter, raw.host_filter, AclOperation(raw.operation), AclPermissionType(raw.permission_type),
+        )
+    except ValueError:
+        return "Unknown resource type, pattern type, operation or permission type code"
+
+
+async def create_acls(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    b = builder(CREATE_ACLS, header.api_version)
+
+    def result(error: ErrorCode, message: str | None = None) -> Any:
+        return b.make("AclCreationResult", error_code=error, error_message=message)
+
+    def every(error: ErrorCode, message: str | None) -> Any:
+        return b.make("CreateAclsResponse", throttle_time=NO_THROTTLE, results=tuple(result(error, message) for _ in request.creations))
+
+    if ctx.authorizer is None:
+        return every(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
+    if not authorize_cluster(ctx, conn, Op.ALTER):
+        return every(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+    results = []
+    added = []
+    for creation in request.creations:
+        binding = _binding(creation)
+        problem = binding if isinstance(binding, str) else binding_problem(binding)
+        if problem is not None:
+            results.append(result(ErrorCode.INVALID_REQUEST, problem))
+            continue
+        assert isinstance(binding, AclBinding)
+        added.append(acl_entry(binding))
+        results.append(result(ErrorCode.NONE))
+    if added:
+        ctx.store.commit(ctx.image.with_acls(ctx.image.acls + tuple(added)))
+        log.info("%s added %d ACL(s)", conn.principal, len(added))
+    return b.make("CreateAclsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+async def describe_acls(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    b = builder(DESCRIBE_ACLS, header.api_version)
+
+    def answer(error: ErrorCode, message: str | None, resources: tuple[Any, ...] = ()) -> Any:
+        return b.make("DescribeAclsResponse", throttle_time=NO_THROTTLE, error_code=error, error_message=message, resources=resources)
+
+    gate = ctx.authorizer
+    if gate is None:
+        return answer(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
+    if not authorize_cluster(ctx, conn, Op.DESCRIBE):
+        return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+    flt = _filter(request)
+    problem = flt if isinstance(flt, str) else flt.problem()
+    if problem is not None:
+        return answer(ErrorCode.INVALID_REQUEST, problem)
+    assert isinstance(flt, AclBindingFilter)
+    grouped: dict[tuple[int, str, int], list[Any]] = defaultdict(list)
+    for binding in gate.current().acls(flt):
+        key = (int(binding.resource_type), binding.resource_name, int(binding.pattern_type))
+        grouped[key].append(
+            b.make("AclDescription", principal=binding.principal, host=binding.host,
+                   operation=int(binding.operation), permission_type=int(binding.permission_type))
+        )
+    resources = tuple(
+        b.make("DescribeAclsResource", resource_type=rt, resource_name=name, pattern_type=pt, acls=tuple(acls))
+        for (rt, name, pt), acls in grouped.items()
+    )
+    return answer(ErrorCode.NONE, None, resources)
+
+
+async def delete_acls(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    b = builder(DELETE_ACLS, header.api_version)
+
+    def filter_result(error: ErrorCode, message: str | None, matching: tuple[Any, ...] = ()) -> Any:
+        return b.make("DeleteAclsFilterResult", error_code=error, error_message=message, matching_acls=matching)
+
+    def every(error: ErrorCode, message: str | None) -> Any:
+        return b.make("DeleteAclsResponse", throttle_time=NO_THROTTLE, filter_results=tuple(filter_result(error, message) for _ in request.filters))
+
+    gate = ctx.authorizer
+    if gate is None:
+        return every(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
+    if not authorize_cluster(ctx, conn, Op.ALTER):
+        return every(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+    remaining = list(gate.current().bindings)
+    results = []
+    for raw in request.filters:
+        flt = _filter(raw)
+        problem = flt if isinstance(flt, str) else flt.problem()
+        if problem is not None:
+            results.append(filter_result(ErrorCode.INVALID_REQUEST, problem))
+            continue
+        assert isinstance(flt, AclBindingFilter)
+        deleted = [binding for binding in remaining if flt.matches(binding)]
+        remaining = [binding for binding in remaining if not flt.matches(binding)]
+        results.append(filter_result(ErrorCode.NONE, None, tuple(_matching(b, d) for d in deleted)))
+    if len(remaining) != len(gate.current().bindings):
+        ctx.store.commit(ctx.image.with_acls(tuple(acl_entry(binding) for binding in remaining)))
+        log.info("%s deleted %d ACL(s)", conn.principal, len(gate.current().bindings) - len(remaining))
+    return b.make("DeleteAclsResponse", throttle_time=NO_THROTTLE, filter_results=tuple(results))
+
+
+def _matching(b: Any, binding: AclBinding) -> Any:
+    return b.make(
+        "DeleteAclsMatchingAcl", error_code=ErrorCode.NONE, error_message=None,
+        resource_type=int(binding.resource_type), resource_name=binding.resource_name, pattern_type=int(binding.pattern_type),
+        principal=binding.principal, host=binding.host, operation=int(binding.operation),
+        permission_type=int(binding.permission_type),
+    )
+
+
+# -- SCRAM credentials -----------------------------------------------------------------------------
+
+
+async def describe_user_scram_credentials(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    b = builder(DESCRIBE_USER_SCRAM_CREDENTIALS, header.api_version)
+
+    def answer(error: ErrorCode, results: tuple[Any, ...] = ()) -> Any:
+        return b.make("DescribeUserScramCredentialsResponse", throttle_time=NO_THROTTLE, error_code=error, error_message=None, results=results)
+
+    if not authorize_cluster(ctx, conn, Op.DESCRIBE):
+        return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    by_user: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for (user, mechanism), credential in sorted(ctx.image.scram_credentials.items()):
+        by_user[user].append((mechanism, credential.iterations))
+    wanted = [u.name for u in request.users] if request.users else sorted(by_user)
+
+    def one(user: str) -> Any:
+        def result(error: ErrorCode, message: str | None, infos: tuple[Any, ...] = ()) -> Any:
+            return b.make("DescribeUserScramCredentialsResult", user=user, error_code=error, error_message=message, credential_infos=infos)
+
+        if wanted.count(user) > 1:
+            return result(ErrorCode.DUPLICATE_RESOURCE, "Cannot describe SCRAM credentials for the same user twice in a single request")
+        if user not in by_user:
+            return result(ErrorCode.RESOURCE_NOT_FOUND, "Attempt to describe a user credential that does not exist")
+        infos = tuple(b.make("CredentialInfo", mechanism=SCRAM_NUMBERS[m], iterations=i) for m, i in by_user[user])
+        return result(ErrorCode.NONE, None, infos)
+
+    return answer(ErrorCode.NONE, tuple(one(user) for user in dict.fromkeys(wanted)))
+
+
+def _upsertion_problem(upsertion: Any) -> tuple[ErrorCode, str] | None:
+    if SCRAM_CODES.get(upsertion.mechanism) is None:
+        return ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"
+    if upsertion.iterations < MIN_ITERATIONS:
+        return ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Too few iterations: at least {MIN_ITERATIONS}"
+    if upsertion.iterations > MAX_ITERATIONS:
+        return ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Too many iterations: at most {MAX_ITERATIONS}"
+    if not upsertion.salt or not upsertion.salted_password:
+        return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be empty"
+    return None
+
+
+async def alter_user_scram_credentials(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    b = builder(ALTER_USER_SCRAM_CREDENTIALS, header.api_version)
+    users = list(dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions]))
+
+    def answer(errors: dict[str, tuple[ErrorCode, str | None]]) -> Any:
+        results = tuple(
+            b.make("AlterUserScramCredentialsResult", user=user, error_code=errors[user][0], error_message=errors[user][1])
+            for user in users
+        )
+        return b.make("AlterUserScramCredentialsResponse", throttle_time=NO_THROTTLE, results=results)
+
+    if not authorize_cluster(ctx, conn, Op.ALTER):
+        return answer({user: (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None) for user in users})
+    current = dict(ctx.image.scram_credentials)
+    errors: dict[str, tuple[ErrorCode, str | None]] = {}
+    seen: set[tuple[str, int]] = set()
+    changes: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+    for kind, item in [("delete", d) for d in request.deletions] + [("upsert", u) for u in request.upsertions]:
+        user = item.name
+        if user in errors:
+            continue
+        if not user:
+            errors[user] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+        elif (user, item.mechanism) in seen:
+            errors[user] = (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
+        elif kind == "delete" and (SCRAM_CODES.get(item.mechanism) is None):
+            errors[user] = (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
+        elif kind == "delete" and (user, SCRAM_CODES[item.mechanism]) not in current:
+            errors[user] = (ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist")
+        elif kind == "upsert" and (problem := _upsertion_problem(item)) is not None:
+            errors[user] = problem
+        seen.add((user, item.mechanism))
+        changes[user].append((kind, item))
+    for user in users:
+        if user in errors:
+            continue
+        errors[user] = (ErrorCode.NONE, None)
+        for kind, item in changes[user]:
+            mechanism = SCRAM_CODES[item.mechanism]
+            if kind == "delete":
+                current.pop((user, mechanism), None)
+            else:
+                current[(user, mechanism)] = credential_from_salted_password(
+                    mechanism, bytes(item.salted_password), bytes(item.salt), item.iterations
+                )
+    if any(error is ErrorCode.NONE for error, _ in errors.values()):
+        ctx.store.commit(ctx.image.with_scram_credentials(current))
+        log.info("%s altered SCRAM credentials of %s", conn.principal, sorted(u for u, (e, _) in errors.items() if e is ErrorCode.NONE))
+    return answer(errors)
+
