@@ -12,7 +12,7 @@ from typing import Any
 
 import tidelog.broker.handlers.security as security_handlers
 from tidelog.broker.context import BrokerContext, ConnectionInfo
-from tidelog.broker.handlers import cluster, configs, fetch, log_dirs, offsets, produce, topics
+from tidelog.broker.handlers import cluster, configs, fetch, groups, log_dirs, offsets, produce, topics
 from tidelog.protocol import apis
 from tidelog.protocol.apis import ApiKey
 from tidelog.protocol.headers import RequestHeader
@@ -43,6 +43,17 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DELETE_ACLS: security_handlers.delete_acls,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: security_handlers.describe_user_scram_credentials,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: security_handlers.alter_user_scram_credentials,
+    ApiKey.FIND_COORDINATOR: groups.find_coordinator,
+    ApiKey.JOIN_GROUP: groups.join_group,
+    ApiKey.SYNC_GROUP: groups.sync_group,
+    ApiKey.HEARTBEAT: groups.heartbeat,
+    ApiKey.LEAVE_GROUP: groups.leave_group,
+    ApiKey.OFFSET_COMMIT: groups.offset_commit,
+    ApiKey.OFFSET_FETCH: groups.offset_fetch,
+    ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
+    ApiKey.LIST_GROUPS: groups.list_groups,
+    ApiKey.DELETE_GROUPS: groups.delete_groups,
+    ApiKey.OFFSET_DELETE: groups.offset_delete,
 }
 
 
