@@ -16,6 +16,7 @@ import signal
 from urllib.parse import urlsplit
 
 from tidelog.broker.context import BrokerContext, Endpoint
+from tidelog.broker.group_runtime import GroupRuntime
 from tidelog.broker.producer_ids import ProducerIdAllocator
 from tidelog.broker.server import Server
 from tidelog.broker.topic_admin import TopicAdmin
@@ -101,6 +102,8 @@ class BrokerNode:
 
     async def start(self) -> None:
         ctx = await asyncio.get_running_loop().run_in_executor(None, self.open_storage)
+        ctx.groups = GroupRuntime(ctx)
+        await ctx.groups.start()  # loads __consumer_offsets in the background
         self.server = Server(
             ctx,
             max_frame_bytes=self.config.get_int("socket.request.max.bytes"),
@@ -128,6 +131,8 @@ class BrokerNode:
         ]
 
     async def stop(self) -> None:
+        if self.ctx is not None and self.ctx.groups is not None:
+            await self.ctx.groups.stop()  # parked JoinGroup/SyncGroup answered before the server drains
         if self.server is not None:
             await self.server.close()
         if self.logs is not None:
