@@ -24,6 +24,8 @@ from tidelog.common.config import BrokerConfig, resolve_topic_config
 from tidelog.common.errors import ConfigError
 from tidelog.metadata.local_store import LocalMetadataStore
 from tidelog.metadata.meta_properties import ensure_meta_properties
+from tidelog.security.listeners import SECURITY_PROTOCOLS
+from tidelog.security.service import SecurityService
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.manager import LogManager
 
@@ -42,8 +44,8 @@ def parse_listeners(value: list[str], protocol_map: str) -> list[Endpoint]:
         protocol = protocols.get(name)
         if protocol is None:
             raise ConfigError(f"listener {name} is not in listener.security.protocol.map")
-        if protocol != "PLAINTEXT":
-            raise ConfigError(f"listener {name}: security protocol {protocol} is not supported yet (PLAINTEXT only)")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"listener {name}: unknown security protocol {protocol} (expected one of {', '.join(SECURITY_PROTOCOLS)})")
         endpoints.append(Endpoint(name, parts.hostname or "", parts.port, protocol))
     if not endpoints:
         raise ConfigError("listeners must name at least one listener")
@@ -64,6 +66,7 @@ class BrokerNode:
         advertised = config.get("advertised.listeners")
         self.advertised = parse_listeners(advertised, protocol_map) if isinstance(advertised, list) else None
         self.server: Server | None = None
+        self.security: SecurityService | None = None
         self.ctx: BrokerContext | None = None
         self.logs: LogManager | None = None
         self._stop = asyncio.Event()
@@ -96,6 +99,18 @@ class BrokerNode:
         self.ctx.producer_ids = ProducerIdAllocator(store)
         return self.ctx
 
+    def _build_security(self, ctx: BrokerContext) -> SecurityService:
+        """TLS, SASL and the authorizer (security/service.py), reading ACLs and SCRAM credentials from the image."""
+        store = ctx.store
+        return SecurityService(
+            self.config,
+            [(listener.name, listener.security_protocol) for listener in self.listeners],
+            scram_lookup=lambda mechanism, user: store.image.scram_credentials.get((user, mechanism)),
+            acl_source=lambda: store.image.acls,
+            audit_dir=self.log_dirs[0],
+            now_ms=ctx.now_ms,
+        )
+
     def _optional_str(self, key: str) -> str | None:
         value = self.config.get(key)
         return None if value is None else str(value)
@@ -104,12 +119,17 @@ class BrokerNode:
         ctx = await asyncio.get_running_loop().run_in_executor(None, self.open_storage)
         ctx.groups = GroupRuntime(ctx)
         await ctx.groups.start()  # loads __consumer_offsets in the background
+        self.security = self._build_security(ctx)
+        ctx.authorizer = self.security.gate
+        await self.security.start()
         self.server = Server(
             ctx,
             max_frame_bytes=self.config.get_int("socket.request.max.bytes"),
             send_buffer=self.config.get_int("socket.send.buffer.bytes"),
             receive_buffer=self.config.get_int("socket.receive.buffer.bytes"),
             idle_timeout_ms=self.config.get_int("connections.max.idle.ms"),
+            security=self.security.listeners,
+            sasl_max_receive_bytes=self.config.get_int("sasl.server.max.receive.size"),
         )
         await self.server.listen(self.listeners)
         ctx.endpoints = self._advertised_endpoints(self.server.bound)
@@ -135,6 +155,8 @@ class BrokerNode:
             await self.ctx.groups.stop()  # parked JoinGroup/SyncGroup answered before the server drains
         if self.server is not None:
             await self.server.close()
+        if self.security is not None:
+            await self.security.stop()
         if self.logs is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.logs.shutdown)
         log.info("tidelog stopped cleanly")

@@ -8,6 +8,13 @@ module only maps codec failures to Kafka's reaction:
 - framing error, unknown key, unsupported version (except ApiVersions), malformed body → log once
   (rate limited per client address) and close the connection;
 - ApiVersions at a version we do not know → the v0-format error response, keep serving.
+
+Security (``security/listeners.py``): SSL and SASL_SSL listeners speak TLS (asyncio's ssl support);
+an SSL connection takes its principal from the client certificate. On SASL listeners a connection
+may send only ApiVersions, SaslHandshake and SaslAuthenticate (or, after a v0 handshake, bare SASL
+tokens) until it has authenticated; anything else closes it, and its frames are limited to
+``sasl.server.max.receive.size`` meanwhile. A handler that sets ``conn.close_after_response`` (a
+failed authentication) has its response written and the connection closed.
 """
 
 from __future__ import annotations
@@ -16,15 +23,21 @@ import asyncio
 import functools
 import logging
 import socket
+import struct
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 
 from tidelog.broker.context import BrokerContext, ConnectionInfo, Endpoint
 from tidelog.broker.dispatch import handler_for
+from tidelog.broker.handlers.security import sasl_raw_token
 from tidelog.protocol.codec import decode_request, encode_api_versions_unsupported, encode_response
 from tidelog.protocol.errors import Hint, ProtocolError, UnknownApiKey
 from tidelog.protocol.framing import FrameDecoder
 from tidelog.protocol.headers import parse_request_header
+from tidelog.security.authenticator import SaslAuthenticator
+from tidelog.security.listeners import ListenerSecurity
+from tidelog.security.principal import NoMatchingRule
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +69,12 @@ class RateLimitedLog:
 class Server:
     def __init__(
         self, ctx: BrokerContext, max_frame_bytes: int, send_buffer: int = -1, receive_buffer: int = -1,
-        idle_timeout_ms: int = 600_000,
+        idle_timeout_ms: int = 600_000, security: Mapping[str, ListenerSecurity] | None = None,
+        sasl_max_receive_bytes: int = 524288,
     ) -> None:
         self.ctx = ctx
+        self.security = dict(security or {})
+        self.sasl_max_receive_bytes = sasl_max_receive_bytes
         self.max_frame_bytes = max_frame_bytes
         self.send_buffer = send_buffer
         self.receive_buffer = receive_buffer
@@ -75,8 +91,10 @@ class Server:
     async def listen(self, listeners: list[Endpoint]) -> None:
         for listener in listeners:
             host = listener.host or "0.0.0.0"
+            security = self.security.get(listener.name)
             server = await asyncio.start_server(
-                functools.partial(self._accept, listener=listener), host, listener.port, limit=READ_CHUNK, reuse_address=True
+                functools.partial(self._accept, listener=listener), host, listener.port, limit=READ_CHUNK, reuse_address=True,
+                ssl=security.tls if security is not None else None,
             )
             port = server.sockets[0].getsockname()[1]
             self.bound.append(Endpoint(listener.name, listener.host, port, listener.security_protocol))
@@ -118,8 +136,12 @@ class Server:
     ) -> None:
         peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if peername else "?"
-        conn = ConnectionInfo(peer=peer, listener=self.bound_endpoint(listener))
+        conn = ConnectionInfo(peer=peer, listener=self.bound_endpoint(listener), host=peername[0] if peername else "")
         decoder = FrameDecoder(self.max_frame_bytes)
+        security = self.security.get(listener.name)
+        if security is not None and not self._secure(conn, security, writer, decoder):
+            writer.close()
+            return
         try:
             while True:
                 self._last_active[task] = (time.monotonic(), writer)
@@ -132,6 +154,8 @@ class Server:
                     for frame in decoder.feed(data):
                         if not await self._handle(conn, frame, writer):
                             return
+                    if conn.auth is None and decoder.max_frame_bytes < self.max_frame_bytes:
+                        decoder.max_frame_bytes = self.max_frame_bytes  # authenticated: the full limit
                     if writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
                         await writer.drain()
                 finally:
@@ -147,6 +171,21 @@ class Server:
         finally:
             writer.close()
 
+    def _secure(
+        self, conn: ConnectionInfo, security: ListenerSecurity, writer: asyncio.StreamWriter, decoder: FrameDecoder
+    ) -> bool:
+        """Principal from the client certificate, or SASL authentication pending; False to close."""
+        if security.principal_mapper is not None:
+            try:
+                conn.principal = security.principal_mapper.principal(writer.get_extra_info("peercert"))
+            except NoMatchingRule as exc:
+                self.protocol_log.warning(conn.host, "closing TLS connection from %s: %s", conn.peer, exc)
+                return False
+        if security.sasl is not None:
+            conn.auth = SaslAuthenticator(security.sasl)
+            decoder.max_frame_bytes = min(self.max_frame_bytes, self.sasl_max_receive_bytes)
+        return True
+
     def bound_endpoint(self, listener: Endpoint) -> Endpoint:
         for endpoint in self.bound:
             if endpoint.name == listener.name:
@@ -155,11 +194,24 @@ class Server:
 
     async def _handle(self, conn: ConnectionInfo, frame: bytes | memoryview, writer: asyncio.StreamWriter) -> bool:
         """Serve one request; False when the connection must close."""
+        auth = conn.auth
+        if auth is not None and auth.raw_tokens:
+            challenge = await sasl_raw_token(self.ctx, conn, bytes(frame))
+            if challenge is None:
+                return False
+            writer.write(struct.pack(">i", len(challenge)) + challenge)
+            return True
         try:
             header = parse_request_header(frame)
             handler = handler_for(header.api_key)
             if handler is None:
                 raise UnknownApiKey(header.api_key, header.correlation_id)
+            if auth is not None and not auth.allows(header.api_key):
+                self.protocol_log.warning(
+                    conn.host, "closing connection from %s (client %s): request %d before SASL authentication",
+                    conn.peer, header.client_id, header.api_key,
+                )
+                return False
             conn.client_id = header.client_id
             request = decode_request(header, frame)
         except ProtocolError as exc:
@@ -174,7 +226,7 @@ class Server:
         response = await handler(self.ctx, conn, header, request)
         if response is not None:
             writer.writelines(encode_response(header, response))
-        return True
+        return not conn.close_after_response
 
     async def close(self, grace_s: float = 5.0) -> None:
         """Stop accepting, let in-flight requests finish (up to ``grace_s``), then drop connections."""
