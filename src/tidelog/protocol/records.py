@@ -228,15 +228,17 @@ class ScanResult:
 def _check_batch(buf: Buffer, pos: int, end: int, *, validate: bool, from_producer: bool) -> BatchHeader:
     if end - pos < LOG_OVERHEAD:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{end - pos} trailing bytes at {pos} are no batch")
+    # The magic byte sits at the same place in old message sets (offset, size, crc, magic), so it is
+    # checked first: an old-format message is INVALID_RECORD whatever its (shorter) length says.
+    if end - pos > _MAGIC_POS and buf[pos + _MAGIC_POS] != MAGIC:
+        magic = buf[pos + _MAGIC_POS]
+        raise KafkaError(ErrorCode.INVALID_RECORD, f"batch at {pos} has magic {magic}; only 2 is accepted")
     (length,) = _I32.unpack_from(buf, pos + 8)
     if length < HEADER_SIZE - LOG_OVERHEAD:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"batch length {length} at {pos} below the header")
     batch_end = pos + LOG_OVERHEAD + length
     if batch_end > end:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"batch at {pos} ends at {batch_end}, past {end}")
-    magic = buf[pos + _MAGIC_POS]
-    if magic != MAGIC:
-        raise KafkaError(ErrorCode.INVALID_RECORD, f"batch at {pos} has magic {magic}; only 2 is accepted")
     header = BatchHeader._make(_HEADER.unpack_from(buf, pos))
     if not validate:
         return header
