@@ -11,6 +11,8 @@ With ``authorizer.class.name`` empty, ``ctx.authorizer`` is None and every check
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.metadata.image import AclEntry
 from tidelog.security.access import Action
@@ -30,6 +32,8 @@ __all__ = [
     "authorize_any_of",
     "authorize_cluster",
     "authorized_operations",
+    "cluster_authorized_operations",
+    "denied_topics",
 ]
 
 Op = AclOperation
@@ -56,6 +60,16 @@ def authorize_cluster(ctx: BrokerContext, conn: ConnectionInfo, operation: AclOp
     return authorize(ctx, conn, operation, CLUSTER, CLUSTER_NAME)
 
 
+_NOTHING: frozenset[str] = frozenset()
+
+
+def denied_topics(ctx: BrokerContext, conn: ConnectionInfo, names: Iterable[str], operation: AclOperation) -> frozenset[str]:
+    """The topics among ``names`` this connection may not ``operation`` (each checked once)."""
+    if ctx.authorizer is None:
+        return _NOTHING
+    return frozenset(name for name in set(names) if not authorize(ctx, conn, operation, TOPIC, name))
+
+
 def authorize_any_of(ctx: BrokerContext, conn: ConnectionInfo, *actions: Action) -> bool:
     """Allowed if any of ``actions`` is; the first is the one audited. ``Action(op, type, None)``
     means "on at least one resource of the type" (Kafka's authorizeByResourceType)."""
@@ -72,6 +86,13 @@ def authorized_operations(ctx: BrokerContext, conn: ConnectionInfo, resource_typ
     if gate is None:
         return operations_bitfield(SUPPORTED_OPERATIONS[resource_type])
     return operations_bitfield(gate.current().authorized_operations(conn.principal, conn.host, resource_type, name))
+
+
+def cluster_authorized_operations(ctx: BrokerContext, conn: ConnectionInfo) -> int:
+    """Kafka's cluster_authorized_operations: the cluster's operations if DESCRIBE is allowed, else 0."""
+    if not authorize_cluster(ctx, conn, Op.DESCRIBE):
+        return 0
+    return authorized_operations(ctx, conn, CLUSTER, CLUSTER_NAME)
 
 
 def acl_entry(binding: AclBinding) -> AclEntry:

@@ -14,6 +14,16 @@ import datetime
 import logging
 from typing import Any
 
+from tidelog.broker.authz import (
+    CLUSTER,
+    CLUSTER_NAME,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    Action,
+    Op,
+    authorize,
+    authorize_any_of,
+)
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.handlers.common import partition_log
 from tidelog.broker.responses import NO_THROTTLE, builder
@@ -38,11 +48,18 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
     loop = asyncio.get_running_loop()
     to_flush = []
     topics = []
+    transactional_id = getattr(request, "transactional_id", None)
+    txn_denied = transactional_id is not None and not authorize(ctx, conn, Op.WRITE, TRANSACTIONAL_ID, transactional_id)
     for topic_data in request.topic_data:
         partitions = []
+        denied = txn_denied or not authorize(ctx, conn, Op.WRITE, TOPIC, topic_data.name)
         for pdata in topic_data.partition_data:
             error, base_offset, append_time, start_offset, message = ErrorCode.NONE, -1, -1, -1, None
             try:
+                if denied:
+                    raise KafkaError(
+                        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_denied else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    )
                 if acks not in VALID_ACKS:
                     raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
                 plog = partition_log(ctx, topic_data.name, pdata.index)
@@ -92,6 +109,15 @@ async def init_producer_id(ctx: BrokerContext, conn: ConnectionInfo, header: Req
             "InitProducerIdResponse",
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    # Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on at least one topic.
+    if not authorize_any_of(ctx, conn, Action(Op.IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME), Action(Op.WRITE, TOPIC, None)):
+        return b.make(
+            "InitProducerIdResponse",
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
             producer_id=-1,
             producer_epoch=-1,
         )
