@@ -22,6 +22,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from tidelog.broker.authz import Op, authorize_cluster, denied_topics
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.fetch_sessions import FetchContext, SessionPartition, TopicPartition
 from tidelog.broker.handlers.common import check_leader_epoch, partition_log
@@ -109,11 +110,15 @@ def _read_partition(
 
 
 def _read_all(
-    ctx: BrokerContext, fetch_ctx: FetchContext, epochs: dict[TopicPartition, int], max_bytes: int, read_committed: bool
+    ctx: BrokerContext, fetch_ctx: FetchContext, epochs: dict[TopicPartition, int], max_bytes: int, read_committed: bool,
+    denied: frozenset[str],
 ) -> list[PartitionRead]:
     results = []
     remaining = max_bytes
     for tp, state in fetch_ctx.partitions:
+        if denied and tp[0] in denied:
+            results.append(PartitionRead(tp, state, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            continue
         first_with_data = remaining == max_bytes
         budget = max(0, min(state.max_bytes, remaining))
         result = _read_partition(ctx, tp, state, epochs.get(tp, -1), budget, first_with_data, read_committed)
@@ -136,8 +141,9 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
     max_wait_ms = max(0, int(request.max_wait.total_seconds() * 1000))
     deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
     tps = [tp for tp, _ in fetch_ctx.partitions]
+    denied = _unreadable(ctx, conn, request, tps)
     while True:
-        results = _read_all(ctx, fetch_ctx, epochs, max_bytes, read_committed)
+        results = _read_all(ctx, fetch_ctx, epochs, max_bytes, read_committed, denied)
         enough = sum(r.size for r in results) >= request.min_bytes
         errors = any(r.error is not ErrorCode.NONE for r in results)
         remaining = deadline - asyncio.get_running_loop().time()
@@ -152,6 +158,19 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
         finally:
             ctx.purgatory.unwatch(tps, woken)
     return _response(b, fetch_ctx, results, version)
+
+
+def _unreadable(ctx: BrokerContext, conn: ConnectionInfo, request: Any, tps: list[TopicPartition]) -> frozenset[str]:
+    """Topics this fetch may not read: READ per topic for consumers, CLUSTER_ACTION for followers."""
+    if ctx.authorizer is None:
+        return frozenset()
+    replica_state = getattr(request, "replica_state", None)
+    replica_id = replica_state.replica_id if replica_state is not None else getattr(request, "replica_id", -1)
+    # Names starting with NUL stand for unknown topic ids: they answer UNKNOWN_TOPIC_ID, not an ACL error.
+    names = {topic for topic, _ in tps if not topic.startswith("\x00")}
+    if replica_id >= 0:
+        return frozenset() if authorize_cluster(ctx, conn, Op.CLUSTER_ACTION) else frozenset(names)
+    return denied_topics(ctx, conn, names, Op.READ)
 
 
 def _response(b: Any, fetch_ctx: FetchContext, results: list[PartitionRead], version: int) -> Any:
