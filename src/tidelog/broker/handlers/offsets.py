@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from tidelog.broker.authz import Op, authorize_cluster, denied_topics
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.handlers.common import check_leader_epoch, partition_log
 from tidelog.broker.responses import NO_THROTTLE, builder
@@ -43,6 +44,7 @@ def _guarded(fn: Callable[[], Any], on_error: Callable[[ErrorCode], Any], what: 
 async def list_offsets(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
     b = builder(LIST_OFFSETS, header.api_version)
     read_committed = getattr(request, "isolation_level", 0) == 1
+    denied = denied_topics(ctx, conn, (t.name for t in request.topics), Op.DESCRIBE)
 
     def one(topic: str, p: Any) -> Any:
         def answer(error: ErrorCode, timestamp: int = -1, offset: int = -1, epoch: int = -1) -> Any:
@@ -56,6 +58,8 @@ async def list_offsets(ctx: BrokerContext, conn: ConnectionInfo, header: Request
             )
 
         def lookup() -> Any:
+            if topic in denied:
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             plog = partition_log(ctx, topic, p.partition_index)
             check_leader_epoch(ctx, topic, p.partition_index, getattr(p, "current_leader_epoch", -1))
             epoch = ctx.image.topics[topic].partitions[p.partition_index].leader_epoch
@@ -87,12 +91,21 @@ async def list_offsets(ctx: BrokerContext, conn: ConnectionInfo, header: Request
 
 async def offset_for_leader_epoch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
     b = builder(OFFSET_FOR_LEADER_EPOCH, header.api_version)
+    if getattr(request, "replica_id", -1) >= 0:
+        cluster_denied = not authorize_cluster(ctx, conn, Op.CLUSTER_ACTION)
+        denied = frozenset(t.topic for t in request.topics) if cluster_denied else frozenset()
+        refusal = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    else:
+        denied = denied_topics(ctx, conn, (t.topic for t in request.topics), Op.DESCRIBE)
+        refusal = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
     def one(topic: str, p: Any) -> Any:
         def answer(error: ErrorCode, epoch: int = -1, end_offset: int = -1) -> Any:
             return b.make("EpochEndOffset", error_code=error, partition=p.partition, leader_epoch=epoch, end_offset=end_offset)
 
         def lookup() -> Any:
+            if topic in denied:
+                raise KafkaError(refusal)
             plog = partition_log(ctx, topic, p.partition)
             check_leader_epoch(ctx, topic, p.partition, getattr(p, "current_leader_epoch", -1))
             epoch, end_offset = plog.end_offset_for_epoch(p.leader_epoch)
@@ -109,6 +122,7 @@ async def offset_for_leader_epoch(ctx: BrokerContext, conn: ConnectionInfo, head
 
 async def delete_records(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
     b = builder(DELETE_RECORDS, header.api_version)
+    denied = denied_topics(ctx, conn, (t.name for t in request.topics), Op.DELETE)
 
     def one(topic: str, p: Any) -> Any:
         def answer(error: ErrorCode, low_watermark: int = -1) -> Any:
@@ -117,6 +131,8 @@ async def delete_records(ctx: BrokerContext, conn: ConnectionInfo, header: Reque
             )
 
         def delete() -> Any:
+            if topic in denied:
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             plog = partition_log(ctx, topic, p.partition_index)
             policy = ctx.topics.resolved_config(ctx.image.topics[topic]).get("cleanup.policy")
             if not isinstance(policy, list) or "delete" not in policy:
