@@ -5,6 +5,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from tidelog.broker.authz import (
+    CLUSTER,
+    CLUSTER_NAME,
+    TOPIC,
+    Action,
+    Op,
+    authorize,
+    authorize_any_of,
+    denied_topics,
+)
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.handlers.configs import topic_config_entries
 from tidelog.broker.responses import NO_THROTTLE, builder
@@ -31,6 +41,15 @@ async def create_topics(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
                 )
             )
             continue
+        # Kafka: CREATE on the cluster, else CREATE on the topic.
+        if not authorize_any_of(ctx, conn, Action(Op.CREATE, TOPIC, topic.name), Action(Op.CREATE, CLUSTER, CLUSTER_NAME)):
+            results.append(
+                b.make(
+                    "CreatableTopicResult", name=topic.name, topic_id=None, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    error_message="Authorization failed.", num_partitions=-1, replication_factor=-1, configs=None,
+                )
+            )
+            continue
         outcome = ctx.topics.create_topic(
             topic.name,
             topic.num_partitions,
@@ -41,7 +60,10 @@ async def create_topics(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
         )
         created = outcome.topic
         configs = None
-        if created is not None and b.has("CreatableTopicResult", "configs"):
+        config_error = ErrorCode.NONE
+        if created is not None and not authorize(ctx, conn, Op.DESCRIBE_CONFIGS, TOPIC, topic.name, record=False):
+            config_error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif created is not None and b.has("CreatableTopicResult", "configs"):
             configs = tuple(
                 b.make(
                     "CreatableTopicConfigs", name=e.name, value=e.value, read_only=e.read_only,
@@ -59,6 +81,7 @@ async def create_topics(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
                 num_partitions=len(created.partitions) if created is not None else -1,
                 replication_factor=len(created.partitions[0].replicas) if created is not None else -1,
                 configs=configs,
+                topic_config_error_code=config_error,
             )
         )
     return b.make("CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(results))
@@ -71,15 +94,25 @@ async def delete_topics(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
     else:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     results = []
+    denied = denied_topics(ctx, conn, (n for n, _ in wanted if n is not None), Op.DELETE)
     for name, topic_id in wanted:
         error: ErrorCode = ErrorCode.NONE
         message: str | None = None
+        by_id = name is None and topic_id is not None
         if name is None and topic_id is not None:
             found = ctx.image.topic_by_id(topic_id)
             if found is None:
                 results.append(b.make("DeletableTopicResult", name=None, topic_id=topic_id, error_code=ErrorCode.UNKNOWN_TOPIC_ID, error_message=None))
                 continue
             name = found.name
+        if name in denied or (by_id and not authorize(ctx, conn, Op.DELETE, TOPIC, name)):
+            results.append(
+                b.make(
+                    "DeletableTopicResult", name=None if by_id else name, topic_id=topic_id,
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message=None,
+                )
+            )
+            continue
         topic = ctx.image.topics.get(name)
         if topic is not None and topic.is_internal:
             error, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Internal topics cannot be deleted"
@@ -100,10 +133,13 @@ async def delete_topics(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
 async def create_partitions(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
     b = builder(CREATE_PARTITIONS, header.api_version)
     results = []
+    denied = denied_topics(ctx, conn, (t.name for t in request.topics), Op.ALTER)
     for topic in request.topics:
         bad = [r for a in topic.assignments or () for r in a.broker_ids if r != ctx.node_id]
         message: str | None
-        if bad:
+        if topic.name in denied:
+            error, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
+        elif bad:
             error, message = ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unknown broker {bad[0]} in the assignment."
         else:
             outcome = ctx.topics.create_partitions(topic.name, topic.count, request.validate_only)
