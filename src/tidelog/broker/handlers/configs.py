@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tidelog.broker.authz import CLUSTER, CLUSTER_NAME, TOPIC, Op, authorize
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.config import (
@@ -28,7 +29,7 @@ from tidelog.metadata.image import TopicImage
 from tidelog.protocol.headers import RequestHeader
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
-TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+TOPIC_RESOURCE, BROKER, BROKER_LOGGER = 2, 4, 8
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
@@ -63,7 +64,17 @@ def broker_config_entries(ctx: BrokerContext) -> Iterator[ConfigEntry]:
         yield ConfigEntry(name, value, source, not setting.dynamic, setting.sensitive, setting, synonyms)
 
 
-def _describe_one(ctx: BrokerContext, b: Any, resource: Any, synonyms: bool, docs: bool) -> Any:
+def _refusal(ctx: BrokerContext, conn: ConnectionInfo, resource: Any, operation: Op) -> ErrorCode | None:
+    """Kafka's check: the operation on the topic, or on the cluster for broker and logger resources."""
+    if resource.resource_type == TOPIC_RESOURCE:
+        allowed = authorize(ctx, conn, operation, TOPIC, resource.resource_name)
+        return None if allowed else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if resource.resource_type in (BROKER, BROKER_LOGGER):
+        return None if authorize(ctx, conn, operation, CLUSTER, CLUSTER_NAME) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return None
+
+
+def _describe_one(ctx: BrokerContext, conn: ConnectionInfo, b: Any, resource: Any, synonyms: bool, docs: bool) -> Any:
     def result(error: ErrorCode, message: str | None, configs: tuple[Any, ...] = ()) -> Any:
         return b.make(
             "DescribeConfigsResult",
@@ -74,7 +85,10 @@ def _describe_one(ctx: BrokerContext, b: Any, resource: Any, synonyms: bool, doc
             configs=configs,
         )
 
-    if resource.resource_type == TOPIC:
+    refusal = _refusal(ctx, conn, resource, Op.DESCRIBE_CONFIGS)
+    if refusal is not None:
+        return result(refusal, None)
+    if resource.resource_type == TOPIC_RESOURCE:
         topic = ctx.image.topics.get(resource.resource_name)
         if topic is None:
             return result(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {resource.resource_name} does not exist")
@@ -114,7 +128,7 @@ async def describe_configs(ctx: BrokerContext, conn: ConnectionInfo, header: Req
     b = builder(DESCRIBE_CONFIGS, header.api_version)
     synonyms = getattr(request, "include_synonyms", False)
     docs = getattr(request, "include_documentation", False)
-    results = tuple(_describe_one(ctx, b, r, synonyms, docs) for r in request.resources)
+    results = tuple(_describe_one(ctx, conn, b, r, synonyms, docs) for r in request.resources)
     return b.make("DescribeConfigsResponse", throttle_time=NO_THROTTLE, results=results)
 
 
@@ -176,7 +190,7 @@ def _replace_all(changes: Any, settings: dict[str, Setting]) -> dict[str, Value]
 
 def _alter_one(ctx: BrokerContext, resource: Any, incremental: bool, validate_only: bool) -> tuple[ErrorCode, str | None]:
     try:
-        if resource.resource_type == TOPIC:
+        if resource.resource_type == TOPIC_RESOURCE:
             topic = ctx.image.topics.get(resource.resource_name)
             if topic is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {resource.resource_name} does not exist")
@@ -207,11 +221,17 @@ def _alter_one(ctx: BrokerContext, resource: Any, incremental: bool, validate_on
     return ErrorCode.NONE, None
 
 
-async def _alter(ctx: BrokerContext, header: RequestHeader, request: Any, api_key: int, incremental: bool) -> Any:
+async def _alter(
+    ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any, api_key: int, incremental: bool
+) -> Any:
     b = builder(api_key, header.api_version)
     responses = []
     for resource in request.resources:
-        error, message = _alter_one(ctx, resource, incremental, request.validate_only)
+        refusal = _refusal(ctx, conn, resource, Op.ALTER_CONFIGS)
+        if refusal is not None:
+            error, message = refusal, None
+        else:
+            error, message = _alter_one(ctx, resource, incremental, request.validate_only)
         responses.append(
             b.make(
                 "AlterConfigsResourceResponse",
@@ -226,8 +246,8 @@ async def _alter(ctx: BrokerContext, header: RequestHeader, request: Any, api_ke
 
 
 async def alter_configs(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
-    return await _alter(ctx, header, request, ALTER_CONFIGS, incremental=False)
+    return await _alter(ctx, conn, header, request, ALTER_CONFIGS, incremental=False)
 
 
 async def incremental_alter_configs(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
-    return await _alter(ctx, header, request, INCREMENTAL_ALTER_CONFIGS, incremental=True)
+    return await _alter(ctx, conn, header, request, INCREMENTAL_ALTER_CONFIGS, incremental=True)
