@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidelog.broker.authz import Op, authorize_cluster
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.errors import ErrorCode
@@ -14,6 +15,11 @@ DESCRIBE_LOG_DIRS = 35
 
 async def describe_log_dirs(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
     b = builder(DESCRIBE_LOG_DIRS, header.api_version)
+    if not authorize_cluster(ctx, conn, Op.DESCRIBE):
+        # v3+ carries the error; older versions get an empty answer, as from Kafka.
+        return b.make(
+            "DescribeLogDirsResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=()
+        )
     wanted: dict[str, set[int]] | None = None
     if request.topics is not None:
         wanted = {t.topic: set(t.partitions) for t in request.topics}
