@@ -5,6 +5,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from tidelog.broker.authz import (
+    CLUSTER,
+    CLUSTER_NAME,
+    TOPIC,
+    Action,
+    Op,
+    authorize,
+    authorize_any_of,
+    authorized_operations,
+    cluster_authorized_operations,
+)
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.errors import ErrorCode
@@ -29,7 +40,7 @@ async def api_versions(ctx: BrokerContext, conn: ConnectionInfo, header: Request
     return b.make("ApiVersionsResponse", error_code=ErrorCode.NONE, api_keys=keys, throttle_time=NO_THROTTLE)
 
 
-def _topic_entry(ctx: BrokerContext, b: Any, topic: TopicImage) -> Any:
+def _topic_entry(ctx: BrokerContext, b: Any, topic: TopicImage, operations: int = UNAUTHORIZED_OPERATIONS) -> Any:
     partitions = tuple(
         b.make(
             "MetadataResponsePartition",
@@ -50,7 +61,7 @@ def _topic_entry(ctx: BrokerContext, b: Any, topic: TopicImage) -> Any:
         topic_id=topic.topic_id,
         is_internal=topic.is_internal,
         partitions=partitions,
-        topic_authorized_operations=UNAUTHORIZED_OPERATIONS,
+        topic_authorized_operations=operations,
     )
 
 
@@ -70,8 +81,22 @@ async def metadata(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHead
     b = builder(METADATA, header.api_version)
     image = ctx.image
     entries = []
+    with_operations = getattr(request, "include_topic_authorized_operations", False)
+
+    def described(topic: TopicImage) -> Any:
+        if not with_operations:
+            return _topic_entry(ctx, b, topic)
+        return _topic_entry(ctx, b, topic, authorized_operations(ctx, conn, TOPIC, topic.name))
+
+    def denied(name: str) -> Any:
+        return _error_entry(b, name, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
     if request.topics is None:
-        entries = [_topic_entry(ctx, b, t) for t in image.topics.values()]
+        # Topics the principal may not describe are left out, silently (Kafka neither logs nor audits this).
+        visible = image.topics.values() if ctx.authorizer is None else [
+            t for t in image.topics.values() if authorize(ctx, conn, Op.DESCRIBE, TOPIC, t.name, record=False)
+        ]
+        entries = [described(t) for t in visible]
     else:
         auto_create = bool(ctx.config.get("auto.create.topics.enable")) and getattr(
             request, "allow_auto_topic_creation", True
@@ -81,17 +106,26 @@ async def metadata(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHead
             topic_id = getattr(wanted, "topic_id", None)
             if name is None and topic_id is not None:
                 found = image.topic_by_id(topic_id)
-                entries.append(
-                    _topic_entry(ctx, b, found)
-                    if found
-                    else _error_entry(b, None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID)
-                )
+                if found is None:
+                    entries.append(_error_entry(b, None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID))
+                elif not authorize(ctx, conn, Op.DESCRIBE, TOPIC, found.name):
+                    entries.append(_error_entry(b, None, topic_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                else:
+                    entries.append(described(found))
+                continue
+            if name is not None and not authorize(ctx, conn, Op.DESCRIBE, TOPIC, name):
+                # Whether the topic exists is not disclosed.
+                entries.append(denied(name))
                 continue
             topic = image.topics.get(name) if name is not None else None
             if topic is not None:
-                entries.append(_topic_entry(ctx, b, topic))
+                entries.append(described(topic))
             elif name is None or topic_name_problem(name):
                 entries.append(_error_entry(b, name, None, ErrorCode.INVALID_TOPIC_EXCEPTION))
+            elif auto_create and not authorize_any_of(
+                ctx, conn, Action(Op.CREATE, TOPIC, name), Action(Op.CREATE, CLUSTER, CLUSTER_NAME)
+            ):
+                entries.append(denied(name))
             elif auto_create:
                 entries.append(_auto_create(ctx, b, name))
             else:
@@ -105,7 +139,9 @@ async def metadata(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHead
         cluster_id=ctx.cluster_id,
         controller_id=ctx.node_id,
         topics=tuple(entries),
-        cluster_authorized_operations=UNAUTHORIZED_OPERATIONS,
+        cluster_authorized_operations=cluster_authorized_operations(ctx, conn)
+        if getattr(request, "include_cluster_authorized_operations", False)
+        else UNAUTHORIZED_OPERATIONS,
         error_code=ErrorCode.NONE,
     )
 
@@ -149,5 +185,7 @@ async def describe_cluster(ctx: BrokerContext, conn: ConnectionInfo, header: Req
         cluster_id=ctx.cluster_id,
         controller_id=ctx.node_id,
         brokers=(broker,),
-        cluster_authorized_operations=UNAUTHORIZED_OPERATIONS,
+        cluster_authorized_operations=cluster_authorized_operations(ctx, conn)
+        if getattr(request, "include_cluster_authorized_operations", False)
+        else UNAUTHORIZED_OPERATIONS,
     )
