@@ -79,10 +79,14 @@ def scenario_metadata_versions(b: Broker) -> None:
 
 
 def scenario_describe_cluster(b: Broker) -> None:
-    """DescribeCluster v1: the one broker, the controller id as seen by clients, no authorised
-    operations when not asked."""
-    b.call("describe cluster", request(ApiKey.DESCRIBE_CLUSTER, 1, include_cluster_authorized_operations=False,
-                                       endpoint_type=1))
+    """DescribeCluster v0, v1 and v2 (what the Java admin client sends; v2 adds is_fenced and the
+    include_fenced_brokers flag): the one broker, the controller id as seen by clients, no
+    authorised operations when not asked."""
+    b.call("describe cluster v0", request(ApiKey.DESCRIBE_CLUSTER, 0, include_cluster_authorized_operations=False))
+    b.call("describe cluster v1", request(ApiKey.DESCRIBE_CLUSTER, 1, include_cluster_authorized_operations=False,
+                                          endpoint_type=1))
+    b.call("describe cluster v2", request(ApiKey.DESCRIBE_CLUSTER, 2, include_cluster_authorized_operations=False,
+                                          endpoint_type=1, include_fenced_brokers=True))
 
 
 def scenario_describe_log_dirs(b: Broker) -> None:
