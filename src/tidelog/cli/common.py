@@ -142,9 +142,12 @@ class Output:
         self.err = _console(sys.stderr)
 
     def table(self, columns: Sequence[str], rows: Iterable[Sequence[object]], title: str | None = None,
-              show_header: bool = True) -> None:
-        table = Table(*columns, box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False, show_edge=False,
+              show_header: bool = True, max_widths: Mapping[str, int] | None = None) -> None:
+        """Rows under column headers; a column named in ``max_widths`` folds longer cells onto more lines."""
+        table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False, show_edge=False,
                       show_header=show_header)
+        for column in columns:
+            table.add_column(column, max_width=(max_widths or {}).get(column), overflow="fold")
         for row in rows:
             table.add_row(*(_cell(value) for value in row))
         if self.out.is_terminal:

@@ -141,7 +141,8 @@ def _describe(args: argparse.Namespace) -> int:
         out.line(f"Settings of {label}:")
         out.table(["NAME", "VALUE", "SOURCE", "READ-ONLY", "SENSITIVE"],
                   [(c["name"], "(hidden)" if c["sensitive"] else c["value"], c["source"],
-                    "yes" if c["read_only"] else "no", "yes" if c["sensitive"] else "no") for c in entity["configs"]])
+                    "yes" if c["read_only"] else "no", "yes" if c["sensitive"] else "no") for c in entity["configs"]],
+                  max_widths={"VALUE": 60})
     return 1 if failed else 0
 
 
