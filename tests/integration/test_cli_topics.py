@@ -101,6 +101,9 @@ def test_list_shows_topics_in_a_table_and_in_json(cli: Callable[..., Run], new_t
     assert [name, "2", "1"] in table_rows(human.out)
     listed = cli("topics", "list", "--json").json()
     assert {"topic": name, "partitions": 2, "replication_factor": 1, "error": None} in listed  # type: ignore[operator]
+    visible = cli("topics", "list", "--exclude-internal", "--json").json()
+    assert name in [t["topic"] for t in visible]  # type: ignore[union-attr]
+    assert not [t["topic"] for t in visible if t["topic"].startswith("__")]  # type: ignore[union-attr]
 
 
 def test_describe_shows_leaders_isr_offsets_and_overrides(cli: Callable[..., Run], bootstrap: str) -> None:
