@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from compat_harness import allowlist as allowlist_module
 from compat_harness.kafka import KafkaUnavailable, ReferenceKafka, install_kafka, kafka_version
-from compat_harness.report import Report
+from compat_harness.report import REPORT
 from compat_harness.scenario import Endpoint, Result, ScenarioFn, compare
 
 from helpers.broker_process import REFERENCE_KAFKA_ENV, BrokerProcess, register_failure_report
@@ -46,7 +46,6 @@ KAFKA_ONLY_CONFIG = {
     "share.coordinator.state.topic.min.isr": "1",
 }
 
-REPORT = Report()
 _SESSION_TOKEN = uuid.uuid4().hex[:6]
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from compat_harness.kafka import ReferenceKafka
+from compat_harness.report import REPORT
 from compat_harness.scenario import Broker, Endpoint
 from compat_harness.steps import create_topic
 from kio.schema.api_versions.v0.request import ApiVersionsRequest
 
-from conftest import REPORT
 from helpers.broker_process import BrokerProcess
 from helpers.raw_client import RawClient
 

@@ -66,8 +66,9 @@ class Report:
                 lines.append(f"- known bug {entry.finding} no longer reproduces (`{', '.join(entry.paths)}`)")
             lines.append("")
         if self.extra:
-            lines += ["", "### Other compat checks", "", "| check | result | detail |", "|---|---|---|"]
+            lines += ["", "### Java client checks", "", "| check | result | detail |", "|---|---|---|"]
             lines += [f"| `{name}` | {outcome} | {detail} |" for name, outcome, detail in sorted(self.extra)]
+        lines += ["", *allowlist_markdown(allowlist)]
         return "\n".join(lines) + "\n"
 
     def write(self, allowlist: AllowList) -> Path:
@@ -78,6 +79,26 @@ class Report:
         if os.environ.get("COMPAT_UPDATE_DOCS") == "1":
             update_docs(text)
         return path
+
+
+def allowlist_markdown(allowlist: AllowList) -> list[str]:
+    """The normalisation rules and allowed differences with their reasons, as Markdown."""
+    lines = ["### Normalisation (applied to both sides before comparing)", "",
+             "| field | action | reason |", "|---|---|---|"]
+    lines += [f"| `{rule.field}` | `{rule.action}` | {rule.reason} |" for rule in allowlist.rules]
+    lines += ["", "### Allowed differences", "", "| scenarios | paths | reason |", "|---|---|---|"]
+    for entry in allowlist.entries:
+        if entry.kind == "allow":
+            scenarios = ", ".join(f"`{s}`" for s in entry.scenarios)
+            paths = ", ".join(f"`{p}`" for p in entry.paths)
+            lines.append(f"| {scenarios} | {paths} | {entry.reason} |")
+    lines += ["", "### Known tidelog bugs (expected failures until fixed)", "",
+              "| finding | scenarios | reason |", "|---|---|---|"]
+    for entry in allowlist.entries:
+        if entry.kind == "known_bug":
+            scenarios = ", ".join(f"`{s}`" for s in entry.scenarios)
+            lines.append(f"| {entry.finding} | {scenarios} | {entry.reason} |")
+    return lines
 
 
 def _cell(result: Result) -> str:
@@ -104,3 +125,7 @@ def update_docs(report: str) -> None:
     text = DOCS.read_text()
     start, end = text.index(START), text.index(END)
     DOCS.write_text(text[: start + len(START)] + "\n" + report + text[end:])
+
+
+REPORT = Report()
+"""The session's report, filled by the compat tier's fixtures and tests."""
