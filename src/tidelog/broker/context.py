@@ -14,6 +14,8 @@ from tidelog.broker.topic_admin import TopicAdmin
 from tidelog.common.config import BrokerConfig
 from tidelog.metadata.image import ClusterImage
 from tidelog.metadata.local_store import LocalMetadataStore
+from tidelog.observability.broker_metrics import BrokerMetrics, RequestTimer
+from tidelog.observability.registry import Registry
 from tidelog.security.access import AccessGate
 from tidelog.security.authenticator import SaslAuthenticator
 from tidelog.security.principal import ANONYMOUS
@@ -45,6 +47,7 @@ class ConnectionInfo:
     # A SASL connection's authentication while it is not complete; None once done and on other listeners.
     auth: SaslAuthenticator | None = None
     close_after_response: bool = False  # set by a handler: answer, then close (failed authentication)
+    request_timer: RequestTimer | None = None  # the request being served, for handlers to report waits
 
 
 def wall_clock_ms() -> int:
@@ -68,6 +71,7 @@ class BrokerContext:
     now_ms: Callable[[], int] = wall_clock_ms
     # None when authorizer.class.name is empty: every request is allowed (broker/authz.py).
     authorizer: AccessGate | None = None
+    metrics: BrokerMetrics = field(default_factory=lambda: BrokerMetrics(Registry()))
 
     @property
     def image(self) -> ClusterImage:

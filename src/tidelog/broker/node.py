@@ -24,6 +24,7 @@ from tidelog.common.config import BrokerConfig, resolve_topic_config
 from tidelog.common.errors import ConfigError
 from tidelog.metadata.local_store import LocalMetadataStore
 from tidelog.metadata.meta_properties import ensure_meta_properties
+from tidelog.observability.service import ObservabilityService
 from tidelog.security.listeners import SECURITY_PROTOCOLS
 from tidelog.security.service import SecurityService
 from tidelog.storage.log_config import LogConfig
@@ -70,6 +71,10 @@ class BrokerNode:
         self.ctx: BrokerContext | None = None
         self.logs: LogManager | None = None
         self._stop = asyncio.Event()
+        metrics_port = config.get("metrics.port")
+        self.obs = ObservabilityService(
+            str(config.get("metrics.host")), metrics_port if isinstance(metrics_port, int) else None
+        )
 
     def open_storage(self) -> BrokerContext:
         for directory in self.log_dirs:
@@ -84,6 +89,7 @@ class BrokerNode:
             return LogConfig.from_topic_config(resolve_topic_config(self.config, known.configs if known else {}))
 
         self.logs.startup(config_for)
+        self.obs.metrics.watch_logs(self.logs)
         topics = TopicAdmin(self.config, store, self.logs, self.node_id)
         topics.reconcile_logs()
         self.ctx = BrokerContext(
@@ -95,6 +101,7 @@ class BrokerNode:
             topics=topics,
             endpoints=[],
             rack=self._optional_str("broker.rack"),
+            metrics=self.obs.metrics,
         )
         self.ctx.producer_ids = ProducerIdAllocator(store)
         return self.ctx
@@ -116,6 +123,10 @@ class BrokerNode:
         return None if value is None else str(value)
 
     async def start(self) -> None:
+        # First, so /healthz answers and /readyz says 503 while the logs load.
+        await self.obs.start()
+        self.obs.readiness.add("logs-loaded", lambda: self.ctx is not None)
+        self.obs.readiness.add("listeners-open", lambda: self.server is not None and bool(self.server.bound))
         ctx = await asyncio.get_running_loop().run_in_executor(None, self.open_storage)
         ctx.groups = GroupRuntime(ctx)
         await ctx.groups.start()  # loads __consumer_offsets in the background
@@ -136,9 +147,11 @@ class BrokerNode:
         assert self.logs is not None
         self.logs.start_background()
         listeners = ",".join(f"{e.name}://{e.host}:{e.port}" for e in self.server.bound)
+        metrics_host = self.config.get("metrics.host")
+        metrics = f", metrics http://{metrics_host}:{self.obs.port}/metrics" if self.obs.port is not None else ""
         log.info(
-            "tidelog started: node %d, cluster %s, listeners %s, log dirs %s",
-            self.node_id, ctx.cluster_id, listeners, ",".join(map(str, self.log_dirs)),
+            "tidelog started: node %d, cluster %s, listeners %s, log dirs %s%s",
+            self.node_id, ctx.cluster_id, listeners, ",".join(map(str, self.log_dirs)), metrics,
         )
 
     def _advertised_endpoints(self, bound: list[Endpoint]) -> list[Endpoint]:
@@ -159,6 +172,7 @@ class BrokerNode:
             await self.security.stop()
         if self.logs is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.logs.shutdown)
+        await self.obs.stop()
         log.info("tidelog stopped cleanly")
 
     def request_stop(self) -> None:

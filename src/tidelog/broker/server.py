@@ -126,7 +126,11 @@ class Server:
                 if self.receive_buffer > 0:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
             writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-            await self._serve(reader, writer, listener, task)
+            self.ctx.metrics.connection_opened(listener.name)
+            try:
+                await self._serve(reader, writer, listener, task)
+            finally:
+                self.ctx.metrics.connection_closed(listener.name)
         finally:
             self._connections.discard(task)
             self._last_active.pop(task, None)
@@ -148,11 +152,12 @@ class Server:
                 data = await reader.read(READ_CHUNK)
                 if not data:
                     return
+                received = time.perf_counter()
                 self._last_active[task] = (time.monotonic(), writer)
                 self._busy.add(task)
                 try:
                     for frame in decoder.feed(data):
-                        if not await self._handle(conn, frame, writer):
+                        if not await self._handle(conn, frame, writer, received):
                             return
                     if conn.auth is None and decoder.max_frame_bytes < self.max_frame_bytes:
                         decoder.max_frame_bytes = self.max_frame_bytes  # authenticated: the full limit
@@ -161,6 +166,7 @@ class Server:
                 finally:
                     self._busy.discard(task)
         except ProtocolError as exc:
+            self.ctx.metrics.protocol_error(listener.name, type(exc).__name__)
             self.protocol_log.warning(peername[0] if peername else "?", "closing connection from %s (client %s): %s", peer, conn.client_id, exc)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -192,7 +198,9 @@ class Server:
                 return endpoint
         return listener
 
-    async def _handle(self, conn: ConnectionInfo, frame: bytes | memoryview, writer: asyncio.StreamWriter) -> bool:
+    async def _handle(
+        self, conn: ConnectionInfo, frame: bytes | memoryview, writer: asyncio.StreamWriter, received: float
+    ) -> bool:
         """Serve one request; False when the connection must close."""
         auth = conn.auth
         if auth is not None and auth.raw_tokens:
@@ -216,6 +224,7 @@ class Server:
             request = decode_request(header, frame)
         except ProtocolError as exc:
             if exc.hint is Hint.API_VERSIONS_FALLBACK:
+                self.ctx.metrics.protocol_error(conn.listener.name, "UnsupportedApiVersions")
                 writer.writelines(encode_api_versions_unsupported(getattr(exc, "correlation_id", 0)))
                 return True
             if log.isEnabledFor(logging.DEBUG):
@@ -223,9 +232,17 @@ class Server:
             raise
         if log.isEnabledFor(logging.DEBUG):
             log.debug("request from %s client=%s api=%d v%d corr=%d", conn.peer, conn.client_id, header.api_key, header.api_version, header.correlation_id)
+        timer = self.ctx.metrics.request_received(conn.listener.name, received)
+        timer.decoded(header.api_key, header.api_version, len(frame))
+        conn.request_timer = timer
         response = await handler(self.ctx, conn, header, request)
+        timer.handled()
         if response is not None:
-            writer.writelines(encode_response(header, response))
+            buffers = encode_response(header, response)
+            writer.writelines(buffers)
+            timer.sent(sum(len(b) for b in buffers))
+        else:
+            timer.sent(0)
         return not conn.close_after_response
 
     async def close(self, grace_s: float = 5.0) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,12 +152,20 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
             break
         woken = asyncio.Event()
         ctx.purgatory.watch(tps, woken)
+        waited_from = time.perf_counter()
         try:
             await asyncio.wait_for(woken.wait(), remaining)
         except TimeoutError:
             pass
         finally:
             ctx.purgatory.unwatch(tps, woken)
+            if conn.request_timer is not None:
+                conn.request_timer.add_remote(time.perf_counter() - waited_from)
+    for r in results:
+        if r.size:
+            ctx.metrics.fetched(r.tp[0], r.size)
+        elif r.error is not ErrorCode.NONE:
+            ctx.metrics.fetch_failed(r.tp[0])
     return _response(b, fetch_ctx, results, version)
 
 

@@ -72,11 +72,14 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
                     to_flush.append(plog)
                 if not info.duplicate:
                     ctx.purgatory.notify((topic_data.name, pdata.index))
+                    ctx.metrics.produced(topic_data.name, len(pdata.records), info.record_count)
             except KafkaError as exc:
+                ctx.metrics.produce_failed(topic_data.name)
                 error, message = exc.code, exc.message or None
                 if error is ErrorCode.KAFKA_STORAGE_ERROR:
                     log.error("produce to %s-%d failed: %s", topic_data.name, pdata.index, exc)
             except Exception:
+                ctx.metrics.produce_failed(topic_data.name)
                 log.exception("produce to %s-%d from %s failed", topic_data.name, pdata.index, conn.peer)
                 error = ErrorCode.UNKNOWN_SERVER_ERROR
             partitions.append(

@@ -121,6 +121,7 @@ async def delete_topics(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
             error, message = outcome.error, outcome.message
             if outcome.ok:
                 ctx.purgatory.notify_all()
+                ctx.metrics.topic_deleted(name)
         results.append(
             b.make(
                 "DeletableTopicResult", name=name, topic_id=topic.topic_id if topic is not None else topic_id,
