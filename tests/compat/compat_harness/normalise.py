@@ -18,8 +18,8 @@ an action, a reason). Actions:
     a difference names the batch field; the CRC is left out (it covers the producer id, which is a
     token) and every batch's producer id is tokenised in the ``pid`` category.
 
-Lists of entities that carry a natural key (``name``, ``topic``, ``resource_name``, ``api_key``,
-``partition_index``, ``partition``, ``index``) are turned into mappings keyed by it, written
+Lists of entities that carry a natural key (``name``, ``topic``, ``resource_name``, ``group_id``, ``api_key``,
+``partition_index``, ``partition``, ``index``, ``member_id``) are turned into mappings keyed by it, written
 ``[key]`` in paths: brokers may order topics, partitions or config entries as they like, clients do
 not depend on it.
 """
@@ -34,7 +34,8 @@ from itertools import zip_longest
 from typing import Any
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
-KEY_FIELDS = ("name", "topic", "resource_name", "api_key", "partition_index", "partition", "index")
+KEY_FIELDS = ("name", "topic", "resource_name", "group_id", "api_key", "partition_index", "partition", "index",
+              "member_id")
 ABSENT = "<absent>"
 
 

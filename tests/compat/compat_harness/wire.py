@@ -87,6 +87,36 @@ class Wire:
             return Undecodable(f"correlation id {correlation_id}, expected {self._last_correlation_id}")
         return response
 
+    def start(self, request: Any) -> tuple[Any, int]:
+        """Send a request whose answer comes later (a JoinGroup held back by a rebalance); pass what
+        this returns to ``finish``. Other requests must go through other connections meanwhile."""
+        client = self._connection()
+        correlation_id = client.next_correlation_id()
+        client.send_frame(encode_request(request, correlation_id=correlation_id))
+        return request, correlation_id
+
+    def finish(self, pending: tuple[Any, int]) -> Outcome:
+        """The answer to a request sent with ``start``."""
+        request, correlation_id = pending
+        self._last_correlation_id = correlation_id
+        response_type = load_response_schema(request.__api_key__, request.__version__)
+        try:
+            frame = self._connection().receive_frame()
+        except (ConnectionClosed, ConnectionResetError):
+            self.close()
+            return Closed()
+        except TimeoutError:
+            self.close()
+            return Unanswered()
+        try:
+            received, response = decode_response(response_type, frame)
+        except Exception as exc:  # any parse failure is an observation
+            self.close()
+            return Undecodable(f"{type(exc).__name__}: {exc}")
+        if received != correlation_id:
+            return Undecodable(f"correlation id {received}, expected {correlation_id}")
+        return response
+
     def send_only(self, request: Any) -> None:
         """Send without reading an answer (Produce with acks=0 gets none)."""
         client = self._connection()
