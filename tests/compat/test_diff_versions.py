@@ -42,6 +42,21 @@ PROBES: dict[ApiKey, tuple[tuple[int, ...], Callable[[], Any]]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: ((2,), lambda: request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, resources=[],
                                                              validate_only=True)),
     ApiKey.DESCRIBE_LOG_DIRS: ((0, 6), lambda: request(ApiKey.DESCRIBE_LOG_DIRS, 1, topics=[])),
+    # Consumer groups (both brokers close for these whether or not tidelog serves the key yet).
+    ApiKey.FIND_COORDINATOR: ((7,), lambda: request(ApiKey.FIND_COORDINATOR, 0, key=T)),
+    ApiKey.JOIN_GROUP: ((10,), lambda: request(ApiKey.JOIN_GROUP, 0, group_id=T, session_timeout=10_000,
+                                               member_id="", protocol_type="consumer", protocols=[])),
+    ApiKey.SYNC_GROUP: ((6,), lambda: request(ApiKey.SYNC_GROUP, 0, group_id=T, generation_id=1, member_id="m",
+                                              assignments=[])),
+    ApiKey.HEARTBEAT: ((5,), lambda: request(ApiKey.HEARTBEAT, 0, group_id=T, generation_id=1, member_id="m")),
+    ApiKey.LEAVE_GROUP: ((6,), lambda: request(ApiKey.LEAVE_GROUP, 0, group_id=T, member_id="m")),
+    ApiKey.DESCRIBE_GROUPS: ((7,), lambda: request(ApiKey.DESCRIBE_GROUPS, 0, groups=[T])),
+    ApiKey.LIST_GROUPS: ((6,), lambda: request(ApiKey.LIST_GROUPS, 0)),
+    ApiKey.DELETE_GROUPS: ((3,), lambda: request(ApiKey.DELETE_GROUPS, 0, groups_names=[T])),
+    ApiKey.OFFSET_COMMIT: ((1, 11), lambda: request(ApiKey.OFFSET_COMMIT, 2, group_id=T, generation_id_or_member_epoch=-1,
+                                                    member_id="", retention_time_ms=-1, topics=[])),
+    ApiKey.OFFSET_FETCH: ((0, 11), lambda: request(ApiKey.OFFSET_FETCH, 1, group_id=T, topics=[])),
+    ApiKey.OFFSET_DELETE: ((1,), lambda: request(ApiKey.OFFSET_DELETE, 0, group_id=T, topics=[])),
 }
 
 

@@ -65,6 +65,16 @@ class Report:
             for entry in result.stale_bugs:
                 lines.append(f"- known bug {entry.finding} no longer reproduces (`{', '.join(entry.paths)}`)")
             lines.append("")
+        probes = [r for r in sorted(self.results, key=lambda r: r.name) if r.name.startswith("unsupported_version_")]
+        if probes:
+            lines += ["", "### What each broker does with an unsupported version", "",
+                      "| API | version | Apache Kafka | tidelog |", "|---|---|---|---|"]
+            for result in probes:
+                api = result.name.removeprefix("unsupported_version_")
+                for label, kafka_value in result.kafka.items():
+                    if label.startswith("v"):
+                        tidelog_value = result.tidelog.get(label, "<absent>")
+                        lines.append(f"| {api} | {label} | {_outcome(kafka_value)} | {_outcome(tidelog_value)} |")
         if self.extra:
             lines += ["", "### Java client checks", "", "| check | result | detail |", "|---|---|---|"]
             lines += [f"| `{name}` | {outcome} | {detail} |" for name, outcome, detail in sorted(self.extra)]
@@ -115,6 +125,12 @@ def _cell(result: Result) -> str:
     if result.stale_bugs:
         parts.append("fixed bug still listed")
     return "; ".join(parts)
+
+
+def _outcome(value: object) -> str:
+    if isinstance(value, dict) and "raw_answer" in value:
+        return f"answered ({len(value['raw_answer'])} bytes)"
+    return str(value).strip("<>")
 
 
 def _val(value: object) -> str:
