@@ -14,6 +14,7 @@ the compat tier fails loudly rather than skipping.
 from __future__ import annotations
 
 import base64
+import ctypes
 import signal
 import subprocess
 import time
@@ -83,6 +84,15 @@ def random_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+def _die_with_parent() -> None:
+    """Run in the child before exec: Linux sends it SIGTERM when the test process dies
+    (PR_SET_PDEATHSIG), so a killed test session does not leave a JVM behind."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
 class ReferenceKafka:
     """One Apache Kafka node (broker + controller) in ``workdir``, configured with ``overrides``."""
 
@@ -147,6 +157,7 @@ class ReferenceKafka:
             self.process = subprocess.Popen(
                 self.java("kafka.Kafka", str(self.properties_path)),
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=self.workdir,
+                preexec_fn=_die_with_parent,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
