@@ -16,13 +16,31 @@ response for that version. Version differences handled here:
 - DescribeGroups: v6 answers GROUP_ID_NOT_FOUND for unknown groups (older versions: state Dead).
 - FindCoordinator: v4+ batches keys. Transaction coordinators (key type 1) are not served yet:
   COORDINATOR_NOT_AVAILABLE, which clients retry, rather than a fake coordinator.
+
+ACLs (broker/authz.py), as Kafka checks them: FindCoordinator DESCRIBE on the group (or the
+transactional id); JoinGroup, SyncGroup, Heartbeat, LeaveGroup and OffsetCommit READ on the group;
+OffsetFetch and DescribeGroups DESCRIBE on the group; DeleteGroups and OffsetDelete DELETE on it.
+Topics: OffsetCommit and OffsetDelete need READ, OffsetFetch DESCRIBE (an all-topics fetch leaves the
+others out); ListGroups lists every group to DESCRIBE on the cluster, else the groups one may describe.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Any
 
+from tidelog.broker.authz import (
+    CLUSTER,
+    CLUSTER_NAME,
+    GROUP,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    Op,
+    authorize,
+    authorized_operations,
+    denied_topics,
+)
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.group_runtime import GroupRuntime
 from tidelog.broker.responses import NO_THROTTLE, builder
@@ -72,6 +90,10 @@ async def find_coordinator(ctx: BrokerContext, conn: ConnectionInfo, header: Req
     keys = list(request.coordinator_keys) if header.api_version >= 4 else [request.key]
 
     def answer(key: str) -> tuple[ErrorCode, str | None]:
+        if key_type == GROUP_KEY and not authorize(ctx, conn, Op.DESCRIBE, GROUP, key):
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED, None
+        if key_type == TRANSACTION_KEY and not authorize(ctx, conn, Op.DESCRIBE, TRANSACTIONAL_ID, key):
+            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
         if key_type == TRANSACTION_KEY:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, "The transaction coordinator is not available yet."
         if key_type != GROUP_KEY:
@@ -118,7 +140,9 @@ async def join_group(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHe
         supports_skip_assignment=version >= 9,
     )
     runtime = _runtime(ctx)
-    if runtime is None:
+    if not authorize(ctx, conn, Op.READ, GROUP, request.group_id):
+        result = JoinGroupResult(ErrorCode.GROUP_AUTHORIZATION_FAILED, req.member_id)
+    elif runtime is None:
         result = JoinGroupResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, req.member_id)
     else:
         result = await runtime.join_group(req)
@@ -150,8 +174,10 @@ async def sync_group(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHe
         assignments=tuple((a.member_id, bytes(a.assignment)) for a in request.assignments),
     )
     runtime = _runtime(ctx)
-    if runtime is None:
-        return b.make("SyncGroupResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    refused = not authorize(ctx, conn, Op.READ, GROUP, request.group_id)
+    if refused or runtime is None:
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED if refused else ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return b.make("SyncGroupResponse", throttle_time=NO_THROTTLE, error_code=error,
                       protocol_type=None, protocol_name=None, assignment=b"")
     result = await runtime.sync_group(req)
     return b.make("SyncGroupResponse", throttle_time=NO_THROTTLE, error_code=result.error,
@@ -165,7 +191,10 @@ async def heartbeat(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHea
     b = builder(HEARTBEAT, header.api_version)
     runtime = _runtime(ctx)
     req = Heartbeat(request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None))
-    error = ErrorCode.COORDINATOR_NOT_AVAILABLE if runtime is None else await runtime.heartbeat(req)
+    if not authorize(ctx, conn, Op.READ, GROUP, request.group_id):
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    else:
+        error = ErrorCode.COORDINATOR_NOT_AVAILABLE if runtime is None else await runtime.heartbeat(req)
     return b.make("HeartbeatResponse", throttle_time=NO_THROTTLE, error_code=error)
 
 
@@ -179,9 +208,10 @@ async def leave_group(ctx: BrokerContext, conn: ConnectionInfo, header: RequestH
     else:
         leaving = (LeavingMember(request.member_id),)
     runtime = _runtime(ctx)
-    if runtime is None:
-        return b.make("LeaveGroupResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                      members=())
+    refused = not authorize(ctx, conn, Op.READ, GROUP, request.group_id)
+    if refused or runtime is None:
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED if refused else ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return b.make("LeaveGroupResponse", throttle_time=NO_THROTTLE, error_code=error, members=())
     result = await runtime.leave_group(request.group_id, leaving)
     if header.api_version < 3:
         # One member per request: its own error is the answer.
@@ -219,10 +249,20 @@ async def offset_commit(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
         group_id_not_found_error=header.api_version >= 9,
     )
     runtime = _runtime(ctx)
-    if runtime is None:
+    denied = denied_topics(ctx, conn, (t for t, _ in req.topics), Op.READ)
+    refused = tuple(
+        (t, tuple((p.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in ps)) for t, ps in req.topics if t in denied
+    )
+    if denied:
+        req = dataclasses.replace(req, topics=tuple((t, ps) for t, ps in req.topics if t not in denied))
+    if not authorize(ctx, conn, Op.READ, GROUP, request.group_id):
+        topics = tuple((t, tuple((p.partition, ErrorCode.GROUP_AUTHORIZATION_FAILED) for p in ps)) for t, ps in req.topics)
+        refused = ()
+    elif runtime is None:
         topics = tuple((t, tuple((p.partition, ErrorCode.COORDINATOR_NOT_AVAILABLE) for p in ps)) for t, ps in req.topics)
     else:
         topics = (await runtime.commit_offsets(req)).topics
+    topics = tuple(topics) + refused
     return b.make("OffsetCommitResponse", throttle_time=NO_THROTTLE, topics=tuple(
         b.make("OffsetCommitResponseTopic", name=topic, partitions=tuple(
             b.make("OffsetCommitResponsePartition", partition_index=p, error_code=e) for p, e in parts
@@ -241,9 +281,11 @@ async def offset_fetch(ctx: BrokerContext, conn: ConnectionInfo, header: Request
 
     def fetch(group_id: str, topics: Any) -> Any:
         wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
+        if not authorize(ctx, conn, Op.DESCRIBE, GROUP, group_id):
+            return OffsetFetchResult(ErrorCode.GROUP_AUTHORIZATION_FAILED), wanted
         if runtime is None:
             return OffsetFetchResult(ErrorCode.COORDINATOR_NOT_AVAILABLE), wanted
-        return runtime.fetch_offsets(group_id, wanted), wanted
+        return _describable(ctx, conn, runtime.fetch_offsets(group_id, wanted), all_topics=wanted is None), wanted
 
     if version >= 8:
         groups = []
@@ -260,6 +302,22 @@ async def offset_fetch(ctx: BrokerContext, conn: ConnectionInfo, header: Request
         topics = tuple((t, tuple(FetchedOffset(p, error=result.error) for p in ps)) for t, ps in wanted or [])
     return b.make("OffsetFetchResponse", throttle_time=NO_THROTTLE, error_code=result.error,
                   topics=_fetched_topics(b, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition", topics))
+
+
+def _describable(ctx: BrokerContext, conn: ConnectionInfo, result: OffsetFetchResult, all_topics: bool) -> OffsetFetchResult:
+    """Offsets of topics the principal may not describe: left out of an all-topics fetch, refused otherwise."""
+    if ctx.authorizer is None:
+        return result
+    topics = []
+    for topic, parts in result.topics:
+        if all_topics:
+            if authorize(ctx, conn, Op.DESCRIBE, TOPIC, topic, record=False):
+                topics.append((topic, parts))
+        elif authorize(ctx, conn, Op.DESCRIBE, TOPIC, topic):
+            topics.append((topic, parts))
+        else:
+            topics.append((topic, tuple(FetchedOffset(p.partition, error=ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in parts)))
+    return dataclasses.replace(result, topics=tuple(topics))
 
 
 def _fetched_topics(b: Any, topic_class: str, partition_class: str, topics: Any) -> tuple[Any, ...]:
@@ -280,16 +338,27 @@ async def describe_groups(ctx: BrokerContext, conn: ConnectionInfo, header: Requ
     b = builder(DESCRIBE_GROUPS, header.api_version)
     runtime = _runtime(ctx)
     ids = list(request.groups)
+    refused = {g for g in ids if not authorize(ctx, conn, Op.DESCRIBE, GROUP, g)} if ctx.authorizer is not None else set()
+    allowed = [g for g in ids if g not in refused]
     if runtime is None:
-        described = [DescribedGroup(g, ErrorCode.COORDINATOR_NOT_AVAILABLE, "") for g in ids]
+        described = [DescribedGroup(g, ErrorCode.COORDINATOR_NOT_AVAILABLE, "") for g in allowed]
     else:
-        described = runtime.describe_groups(ids, unknown_is_error=header.api_version >= 6)
-    operations = GROUP_OPERATIONS if getattr(request, "include_authorized_operations", False) else UNAUTHORIZED_OPERATIONS
+        described = runtime.describe_groups(allowed, unknown_is_error=header.api_version >= 6)
+    if refused:
+        by_id = {g.group_id: g for g in described}
+        described = [by_id[g] if g in by_id else DescribedGroup(g, ErrorCode.GROUP_AUTHORIZATION_FAILED, "") for g in ids]
+    with_operations = getattr(request, "include_authorized_operations", False)
+
+    def operations(group_id: str) -> int:
+        if not with_operations:
+            return UNAUTHORIZED_OPERATIONS
+        return GROUP_OPERATIONS if ctx.authorizer is None else authorized_operations(ctx, conn, GROUP, group_id)
+
     return b.make("DescribeGroupsResponse", throttle_time=NO_THROTTLE, groups=tuple(
         b.make(
             "DescribedGroup", error_code=g.error, error_message=g.error_message, group_id=g.group_id,
             group_state=g.state, protocol_type=g.protocol_type, protocol_data=g.protocol_data,
-            authorized_operations=operations if g.error is ErrorCode.NONE else UNAUTHORIZED_OPERATIONS,
+            authorized_operations=operations(g.group_id) if g.error is ErrorCode.NONE else UNAUTHORIZED_OPERATIONS,
             members=tuple(
                 b.make("DescribedGroupMember", member_id=m.member_id, group_instance_id=m.group_instance_id,
                        client_id=m.client_id, client_host=m.client_host, member_metadata=m.metadata,
@@ -308,6 +377,8 @@ async def list_groups(ctx: BrokerContext, conn: ConnectionInfo, header: RequestH
     types = list(getattr(request, "types_filter", ()) or ())
     # No __consumer_offsets yet means no group at all, not an unavailable coordinator.
     error, listed = (ErrorCode.NONE, []) if runtime is None else runtime.list_groups(states, types)
+    if ctx.authorizer is not None and not authorize(ctx, conn, Op.DESCRIBE, CLUSTER, CLUSTER_NAME, record=False):
+        listed = [g for g in listed if authorize(ctx, conn, Op.DESCRIBE, GROUP, g.group_id, record=False)]
     return b.make("ListGroupsResponse", throttle_time=NO_THROTTLE, error_code=error, groups=tuple(
         b.make("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
                group_type=g.group_type)
@@ -322,10 +393,13 @@ async def delete_groups(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
     b = builder(DELETE_GROUPS, header.api_version)
     runtime = _runtime(ctx)
     ids = list(request.groups_names)
+    refused = [g for g in ids if not authorize(ctx, conn, Op.DELETE, GROUP, g)] if ctx.authorizer is not None else []
+    allowed = [g for g in ids if g not in refused]
     if runtime is None:
-        results = [(g, ErrorCode.COORDINATOR_NOT_AVAILABLE) for g in ids]
+        results = [(g, ErrorCode.COORDINATOR_NOT_AVAILABLE) for g in allowed]
     else:
-        results = await runtime.delete_groups(ids)
+        results = list(await runtime.delete_groups(allowed)) if allowed else []
+    results += [(g, ErrorCode.GROUP_AUTHORIZATION_FAILED) for g in refused]
     return b.make("DeleteGroupsResponse", throttle_time=NO_THROTTLE, results=tuple(
         b.make("DeletableGroupResult", group_id=g, error_code=e) for g, e in results
     ))
@@ -335,10 +409,15 @@ async def offset_delete(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
     b = builder(OFFSET_DELETE, header.api_version)
     runtime = _runtime(ctx)
     topics = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
-    if runtime is None:
+    denied = denied_topics(ctx, conn, (t for t, _ in topics), Op.READ)
+    if not authorize(ctx, conn, Op.DELETE, GROUP, request.group_id):
+        result = OffsetDeleteResult(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    elif runtime is None:
         result = OffsetDeleteResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     else:
-        result = await runtime.delete_offsets(request.group_id, topics)
+        result = await runtime.delete_offsets(request.group_id, [(t, ps) for t, ps in topics if t not in denied])
+        refused = tuple((t, tuple((p, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in ps)) for t, ps in topics if t in denied)
+        result = dataclasses.replace(result, topics=tuple(result.topics) + refused)
     return b.make("OffsetDeleteResponse", throttle_time=NO_THROTTLE, error_code=result.error, topics=tuple(
         b.make("OffsetDeleteResponseTopic", name=topic, partitions=tuple(
             b.make("OffsetDeleteResponsePartition", partition_index=p, error_code=e) for p, e in parts
