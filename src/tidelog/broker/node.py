@@ -13,7 +13,6 @@ import asyncio
 import logging
 import pathlib
 import signal
-from urllib.parse import urlsplit
 
 from tidelog.broker.context import BrokerContext, Endpoint
 from tidelog.broker.group_runtime import GroupRuntime
@@ -38,16 +37,18 @@ def parse_listeners(value: list[str], protocol_map: str) -> list[Endpoint]:
     protocols = dict(item.split(":", 1) for item in protocol_map.split(",") if ":" in item)
     endpoints = []
     for entry in value:
-        parts = urlsplit(entry)
-        if not parts.scheme or parts.port is None:
+        # Not urlsplit: listener names such as SASL_SSL are not valid URL schemes.
+        scheme, sep, address = entry.strip().partition("://")
+        host, colon, port = address.rpartition(":")
+        if not (sep and scheme and colon and port.isdigit() and int(port) < 65536):
             raise ConfigError(f"Invalid value {entry!r} for configuration listeners: expected NAME://host:port")
-        name = parts.scheme.upper()
+        name = scheme.upper()
         protocol = protocols.get(name)
         if protocol is None:
             raise ConfigError(f"listener {name} is not in listener.security.protocol.map")
         if protocol not in SECURITY_PROTOCOLS:
             raise ConfigError(f"listener {name}: unknown security protocol {protocol} (expected one of {', '.join(SECURITY_PROTOCOLS)})")
-        endpoints.append(Endpoint(name, parts.hostname or "", parts.port, protocol))
+        endpoints.append(Endpoint(name, host.strip("[]"), int(port), protocol))
     if not endpoints:
         raise ConfigError("listeners must name at least one listener")
     return endpoints
