@@ -135,9 +135,7 @@ class GroupRuntime:
         self._tasks.append(asyncio.create_task(self._timer_loop(), name="group-coordinator-timers"))
         topic = self.ctx.image.topics.get(OFFSETS_TOPIC)
         if topic is not None:
-            partitions = list(range(len(topic.partitions)))
-            self.core.begin_loading(partitions, len(partitions))
-            self._tasks.append(asyncio.create_task(self._load(partitions), name="group-coordinator-load"))
+            self._start_loading(len(topic.partitions))
 
     async def stop(self) -> None:
         """Answer parked requests with NOT_COORDINATOR, stop timers and loading."""
@@ -156,31 +154,41 @@ class GroupRuntime:
         return self._running
 
     def ensure_topic(self) -> ErrorCode:
-        """Create ``__consumer_offsets`` on first use; COORDINATOR_NOT_AVAILABLE if that fails."""
+        """Create ``__consumer_offsets`` on first use; COORDINATOR_NOT_AVAILABLE if that fails.
+
+        A topic someone else created meanwhile (CreateTopics) is loaded like one found at start.
+        """
         if not self._running:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if self.core.num_partitions:
             return ErrorCode.NONE
+        existing = self.ctx.image.topics.get(OFFSETS_TOPIC)
+        if existing is not None:
+            self._start_loading(len(existing.partitions))
+            return ErrorCode.NONE
         config = self.ctx.config
-        partitions = config.get_int("offsets.topic.num.partitions")
         outcome = self.ctx.topics.create_topic(
-            OFFSETS_TOPIC, partitions, 1,
+            OFFSETS_TOPIC, config.get_int("offsets.topic.num.partitions"), 1,
             configs=[("cleanup.policy", "compact"),
                      ("segment.bytes", str(config.get_int("offsets.topic.segment.bytes"))),
                      ("compression.type", "producer")],
         )
-        if not outcome.ok and outcome.error is not ErrorCode.TOPIC_ALREADY_EXISTS:
+        if not outcome.ok or outcome.topic is None:
             log.error("cannot create %s: %s %s", OFFSETS_TOPIC, outcome.error.name, outcome.message)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        topic = self.ctx.image.topics[OFFSETS_TOPIC]
-        count = len(topic.partitions)
+        count = len(outcome.topic.partitions)
         self.core.begin_loading(range(count), count)
         now = self.ctx.now_ms()
         for partition in range(count):
-            self.core.complete_loading(partition, now)
+            self.core.complete_loading(partition, now)  # new and empty: nothing to replay
         log.info("created %s with %d partitions", OFFSETS_TOPIC, count)
         self._wake.set()
         return ErrorCode.NONE
+
+    def _start_loading(self, count: int) -> None:
+        partitions = list(range(count))
+        self.core.begin_loading(partitions, count)
+        self._tasks.append(asyncio.create_task(self._load(partitions), name="group-coordinator-load"))
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         known = self.ctx.image.topics.get(topic)
