@@ -4,7 +4,8 @@
 - the ``AccessGate`` when ``authorizer.class.name`` names Kafka's StandardAuthorizer (or the older
   AclAuthorizer), else None: no authorizer, every request allowed;
 - the audit record's persistence: loaded from ``<first log dir>/__acl_audit.json`` at start, written
-  back every ``authorizer.audit.flush.interval.ms`` when it changed, and at stop.
+  back every ``authorizer.audit.flush.interval.ms`` when it (or the ACLs it is judged against)
+  changed, and at stop.
 
 The node passes two callables into the metadata: the current ACL collection and a SCRAM credential
 lookup, so this package needs no import of ``tidelog.metadata``.
@@ -59,6 +60,8 @@ class SecurityService:
         }
         self.audit_path = audit_dir / FILE_NAME
         self.gate: AccessGate | None = None
+        self._acl_source = acl_source
+        self._reported_acls: object = None  # the ACL collection the last report was computed with
         self._now_ms = now_ms
         self._flusher: asyncio.Task[None] | None = None
         name = str(config.get("authorizer.class.name") or "")
@@ -105,11 +108,15 @@ class SecurityService:
                 log.error("cannot write the ACL audit record %s: %s", self.audit_path, exc)
 
     async def flush(self, force: bool = False) -> None:
-        """Write the report file if the record changed (or ``force``)."""
+        """Write the report file if the record or the ACLs changed (its still_denied marks depend on them)."""
         gate = self.gate
-        if gate is None or not (gate.audit.dirty or force):
+        if gate is None:
+            return
+        acls = self._acl_source()
+        if not (gate.audit.dirty or force or (acls is not self._reported_acls and gate.audit.entries())):
             return
         gate.audit.dirty = False
+        self._reported_acls = acls
         report = self.report()
         await asyncio.get_running_loop().run_in_executor(None, write_report, self.audit_path, report)
 

@@ -49,6 +49,8 @@ SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 NO_AUTHORIZER = "No Authorizer is configured."
+# Kafka answers its authorization errors with their message, not a null one.
+NOT_AUTHORIZED = "Cluster authorization failed."
 # Kafka's ScramMechanism codes on the wire.
 SCRAM_CODES = {1: SCRAM_SHA_256, 2: SCRAM_SHA_512}
 SCRAM_NUMBERS = {name: code for code, name in SCRAM_CODES.items()}
@@ -164,7 +166,7 @@ async def create_acls(ctx: BrokerContext, conn: ConnectionInfo, header: RequestH
     if ctx.authorizer is None:
         return every(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
     if not authorize_cluster(ctx, conn, Op.ALTER):
-        return every(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+        return every(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, NOT_AUTHORIZED)
     results = []
     added = []
     for creation in request.creations:
@@ -192,7 +194,7 @@ async def describe_acls(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
     if gate is None:
         return answer(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
     if not authorize_cluster(ctx, conn, Op.DESCRIBE):
-        return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+        return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, NOT_AUTHORIZED)
     flt = _filter(request)
     problem = flt if isinstance(flt, str) else flt.problem()
     if problem is not None:
@@ -225,7 +227,7 @@ async def delete_acls(ctx: BrokerContext, conn: ConnectionInfo, header: RequestH
     if gate is None:
         return every(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
     if not authorize_cluster(ctx, conn, Op.ALTER):
-        return every(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+        return every(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, NOT_AUTHORIZED)
     remaining = list(gate.current().bindings)
     results = []
     for raw in request.filters:
@@ -259,11 +261,11 @@ def _matching(b: Any, binding: AclBinding) -> Any:
 async def describe_user_scram_credentials(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
     b = builder(DESCRIBE_USER_SCRAM_CREDENTIALS, header.api_version)
 
-    def answer(error: ErrorCode, results: tuple[Any, ...] = ()) -> Any:
-        return b.make("DescribeUserScramCredentialsResponse", throttle_time=NO_THROTTLE, error_code=error, error_message=None, results=results)
+    def answer(error: ErrorCode, results: tuple[Any, ...] = (), message: str | None = None) -> Any:
+        return b.make("DescribeUserScramCredentialsResponse", throttle_time=NO_THROTTLE, error_code=error, error_message=message, results=results)
 
     if not authorize_cluster(ctx, conn, Op.DESCRIBE):
-        return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, message=NOT_AUTHORIZED)
     by_user: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for (user, mechanism), credential in sorted(ctx.image.scram_credentials.items()):
         by_user[user].append((mechanism, credential.iterations))
@@ -307,7 +309,7 @@ async def alter_user_scram_credentials(ctx: BrokerContext, conn: ConnectionInfo,
         return b.make("AlterUserScramCredentialsResponse", throttle_time=NO_THROTTLE, results=results)
 
     if not authorize_cluster(ctx, conn, Op.ALTER):
-        return answer({user: (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None) for user in users})
+        return answer({user: (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, NOT_AUTHORIZED) for user in users})
     current = dict(ctx.image.scram_credentials)
     errors: dict[str, tuple[ErrorCode, str | None]] = {}
     seen: set[tuple[str, int]] = set()
