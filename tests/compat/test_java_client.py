@@ -74,12 +74,7 @@ CHECKS = ["cluster", "admin", "produce-consume", "group"]
 NEEDS_TOPIC = {"produce-consume", "group"}
 # Known tidelog bugs (docs/dev/compat-findings.md) that make a check fail against tidelog: the test
 # is a strict expected failure until they are fixed, then fails so that the entry is removed here.
-KNOWN_BUGS = {
-    "cluster": "F12",
-    "admin": "F12",
-    "produce-consume": "F1",
-    "group": "F1",
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def _tidelog_params() -> list[object]:

@@ -169,6 +169,17 @@ _TOPIC: list[Setting] = [
     Setting("segment.jitter.ms", Type.LONG, 0, "Random jitter subtracted from segment.ms.", _T, True, at_least(0), "log.roll.jitter.ms"),
     Setting("segment.ms", Type.LONG, 7 * _DAY_MS, "Age of the active segment after which a new one is rolled.", _T, True, at_least(1), "log.roll.ms"),
     Setting("unclean.leader.election.enable", Type.BOOLEAN, False, "Allow an out-of-sync replica to become leader.", _T, True, None, "unclean.leader.election.enable"),
+    # Accepted and reported like Kafka's; tidelog does not act on them yet (docs/status.md).
+    Setting("compression.gzip.level", Type.INT, -1, "gzip level when the broker compresses (accepted, not applied).", _T, True, between(-1, 9), "compression.gzip.level"),
+    Setting("compression.lz4.level", Type.INT, 9, "lz4 level when the broker compresses (accepted, not applied).", _T, True, between(1, 17), "compression.lz4.level"),
+    Setting("compression.zstd.level", Type.INT, 3, "zstd level when the broker compresses (accepted, not applied).", _T, True, between(-131072, 22), "compression.zstd.level"),
+    Setting("leader.replication.throttled.replicas", Type.LIST, [], "Replicas throttled on the leader side (accepted, not applied).", _T, True),
+    Setting("follower.replication.throttled.replicas", Type.LIST, [], "Replicas throttled on the follower side (accepted, not applied).", _T, True),
+    Setting("remote.storage.enable", Type.BOOLEAN, False, "Tiered storage for the topic (not available; accepted when false).", _T, True),
+    Setting("local.retention.ms", Type.LONG, -2, "Local retention with tiered storage (-2: retention.ms).", _T, True, at_least(-2), "log.local.retention.ms"),
+    Setting("local.retention.bytes", Type.LONG, -2, "Local retention with tiered storage (-2: retention.bytes).", _T, True, at_least(-2), "log.local.retention.bytes"),
+    Setting("remote.log.copy.disable", Type.BOOLEAN, False, "Stop copying to the remote tier (accepted, not applied).", _T, True),
+    Setting("remote.log.delete.on.disable", Type.BOOLEAN, False, "Delete remote data when tiering is disabled (accepted, not applied).", _T, True),
 ]
 
 _BROKER: list[Setting] = [
@@ -180,7 +191,7 @@ _BROKER: list[Setting] = [
     Setting("log.dirs", Type.LIST, ["./data"], "Directories holding partition logs, comma separated.", _B),
     Setting("log.dir", Type.STRING, None, "A single log directory (used when log.dirs is unset).", _B),
     Setting("num.partitions", Type.INT, 1, "Partitions of an auto-created topic.", _B, False, at_least(1)),
-    Setting("default.replication.factor", Type.SHORT, 1, "Replication factor of an auto-created topic.", _B, False, at_least(1)),
+    Setting("default.replication.factor", Type.INT, 1, "Replication factor of an auto-created topic.", _B, False, at_least(1)),
     Setting("auto.create.topics.enable", Type.BOOLEAN, True, "Create a topic when a client asks for one that does not exist.", _B),
     Setting("delete.topic.enable", Type.BOOLEAN, True, "Allow DeleteTopics.", _B),
     Setting("message.max.bytes", Type.INT, 1048588, "Largest record batch accepted (topic default).", _B, True, at_least(0)),
@@ -188,10 +199,10 @@ _BROKER: list[Setting] = [
     Setting("socket.send.buffer.bytes", Type.INT, 102400, "SO_SNDBUF of accepted sockets (-1: OS default).", _B),
     Setting("socket.receive.buffer.bytes", Type.INT, 102400, "SO_RCVBUF of accepted sockets (-1: OS default).", _B),
     Setting("connections.max.idle.ms", Type.LONG, 600_000, "Idle connections are closed after this long.", _B),
-    Setting("log.retention.hours", Type.INT, 168, "Retention in hours (used when log.retention.ms and .minutes are unset).", _B, True),
-    Setting("log.retention.minutes", Type.INT, None, "Retention in minutes (used when log.retention.ms is unset).", _B, True),
+    Setting("log.retention.hours", Type.INT, 168, "Retention in hours (used when log.retention.ms and .minutes are unset).", _B),
+    Setting("log.retention.minutes", Type.INT, None, "Retention in minutes (used when log.retention.ms is unset).", _B),
     Setting("log.retention.check.interval.ms", Type.LONG, 300_000, "How often retention runs.", _B, False, at_least(1)),
-    Setting("log.roll.hours", Type.INT, 168, "segment.ms default in hours (used when log.roll.ms is unset).", _B, True),
+    Setting("log.roll.hours", Type.INT, 168, "segment.ms default in hours (used when log.roll.ms is unset).", _B),
     Setting("log.flush.scheduler.interval.ms", Type.LONG, 2**63 - 1, "How often the flusher checks flush.ms.", _B),
     Setting("log.flush.offset.checkpoint.interval.ms", Type.INT, 60_000, "How often the recovery point is checkpointed.", _B),
     Setting("log.flush.start.offset.checkpoint.interval.ms", Type.INT, 60_000, "How often the log start offset is checkpointed.", _B),
@@ -257,8 +268,19 @@ def listener_key_base(key: str) -> str | None:
     return base if sep and listener and base in LISTENER_SCOPED else None
 
 # Broker keys that only provide defaults for topic settings and are not otherwise listed.
+# Broker keys whose Kafka default is unset because it is derived from a coarser unit (or another key).
+_DERIVED_BROKER_KEYS = frozenset({"log.retention.ms", "log.roll.ms", "log.flush.interval.ms"})
+
 _BROKER_DEFAULTS: list[Setting] = [
-    Setting(t.broker_synonym, t.type, t.default, f"Default of the topic setting {t.name}. {t.doc}", _B, t.dynamic, t.validator)
+    Setting(
+        t.broker_synonym,
+        t.type,
+        None if t.broker_synonym in _DERIVED_BROKER_KEYS else t.default,
+        f"Default of the topic setting {t.name}. {t.doc}",
+        _B,
+        t.dynamic,
+        t.validator,
+    )
     for t in _TOPIC
     if t.broker_synonym and t.broker_synonym not in {b.name for b in _BROKER}
 ]
@@ -289,6 +311,18 @@ class _BrokerCatalogue(dict[str, Setting]):
 
 
 BROKER_SETTINGS: dict[str, Setting] = _BrokerCatalogue({s.name: s for s in _BROKER + _BROKER_DEFAULTS})
+
+
+# Broker keys that stand for the same setting in other units (Kafka's brokerConfigSynonyms), most
+# specific first: log.retention.ms wins over .minutes, which wins over .hours.
+UNIT_SYNONYMS: dict[str, list[str]] = {}
+for _chain in (
+    ["log.retention.ms", "log.retention.minutes", "log.retention.hours"],
+    ["log.roll.ms", "log.roll.hours"],
+    ["log.flush.interval.ms", "log.flush.scheduler.interval.ms"],
+):
+    for _key in _chain:
+        UNIT_SYNONYMS[_key] = _chain
 
 
 class ConfigSource(enum.IntEnum):
@@ -349,10 +383,11 @@ class BrokerConfig:
         if key == "log.retention.ms":
             if self.has("log.retention.minutes"):
                 return int(self.get_int("log.retention.minutes")) * 60_000
-            if self.has("log.retention.hours"):
-                return int(self.get_int("log.retention.hours")) * _HOUR_MS
-        if key == "log.roll.ms" and self.has("log.roll.hours"):
+            return int(self.get_int("log.retention.hours")) * _HOUR_MS
+        if key == "log.roll.ms":
             return int(self.get_int("log.roll.hours")) * _HOUR_MS
+        if key == "log.flush.interval.ms":
+            return self.get_int("log.flush.scheduler.interval.ms")
         if key == "log.dirs" and self.has("log.dir"):
             return [str(self.get("log.dir"))]
         return BROKER_SETTINGS[key].default
@@ -372,17 +407,32 @@ class BrokerConfig:
             return ConfigSource.STATIC_BROKER_CONFIG
         return ConfigSource.DEFAULT_CONFIG
 
+    def synonyms(self, key: str) -> list[tuple[str, Value, ConfigSource]]:
+        """Every level holding a value for broker ``key`` or its unit synonyms, as Kafka lists them:
+        by source (dynamic default, static, default), each in synonym order, starting at ``key``."""
+        chain = UNIT_SYNONYMS.get(key, [key])
+        found: list[tuple[str, Value, ConfigSource]] = []
+        for values, source in (
+            (self.dynamic, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+            (self.static, ConfigSource.STATIC_BROKER_CONFIG),
+            ({k: s.default for k, s in BROKER_SETTINGS.items() if s.default is not None}, ConfigSource.DEFAULT_CONFIG),
+        ):
+            found.extend((name, values[name], source) for name in chain if name in values)
+        while found and found[0][0] != key:
+            found.pop(0)
+        return found
+
     def topic_default(self, topic_key: str) -> tuple[Value, ConfigSource, str | None]:
         """The broker-level value of a topic setting, its source, and the broker key it came from."""
         setting = TOPIC_SETTINGS[topic_key]
         synonym = setting.broker_synonym
-        if synonym:
-            if self.has(synonym):
-                return self.get(synonym), self.source(synonym), synonym
-            derived = self._derived_default(synonym)
-            if derived != BROKER_SETTINGS[synonym].default:
-                return derived, ConfigSource.STATIC_BROKER_CONFIG, synonym
-        return setting.default, ConfigSource.DEFAULT_CONFIG, None
+        if synonym is None or synonym not in BROKER_SETTINGS:
+            return setting.default, ConfigSource.DEFAULT_CONFIG, None
+        value = self.get(synonym)
+        synonyms = self.synonyms(synonym)
+        # Kafka reports the source of the first synonym holding a value, else DEFAULT_CONFIG.
+        source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
+        return (setting.default if value is None else value), source, synonym
 
 
 def resolve_topic_config(broker: BrokerConfig, overrides: Mapping[str, Value]) -> dict[str, Value]:

@@ -155,9 +155,10 @@ def _auto_create(ctx: BrokerContext, b: Any, name: str) -> Any:
     if not outcome.ok or outcome.topic is None:
         log.info("auto-creating topic %s failed: %s", name, outcome.message)
         return _error_entry(b, name, None, outcome.error)
-    # Kafka answers the creating request with LEADER_NOT_AVAILABLE and the client asks again; here the
-    # topic and its logs exist as soon as create_topic returns, so it is described at once.
-    return _topic_entry(ctx, b, outcome.topic)
+    # Kafka 4 answers the request that creates the topic with UNKNOWN_TOPIC_OR_PARTITION (no id, no
+    # partitions) and the client asks again; the topic is there by then. Answered the same way here so
+    # that clients and their tests see Kafka's sequence.
+    return _error_entry(b, name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 
 async def describe_cluster(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
@@ -175,7 +176,9 @@ async def describe_cluster(ctx: BrokerContext, conn: ConnectionInfo, header: Req
             brokers=(),
         )
     endpoint = ctx.endpoint_for(conn.listener)
-    broker = b.make("DescribeClusterBroker", broker_id=ctx.node_id, host=endpoint.host, port=endpoint.port, rack=ctx.rack)
+    broker = b.make(
+        "DescribeClusterBroker", broker_id=ctx.node_id, host=endpoint.host, port=endpoint.port, rack=ctx.rack, is_fenced=False
+    )
     return b.make(
         "DescribeClusterResponse",
         throttle_time=NO_THROTTLE,

@@ -25,6 +25,7 @@ from tidelog.common.config import (
     parse_topic_configs,
 )
 from tidelog.common.errors import ConfigError, ErrorCode, KafkaError
+from tidelog.common.names import topic_name_problem
 from tidelog.metadata.image import TopicImage
 from tidelog.protocol.headers import RequestHeader
 
@@ -44,24 +45,33 @@ class ConfigEntry:
     synonyms: tuple[tuple[str, str | None, ConfigSource], ...]
 
 
+def _broker_synonyms(ctx: BrokerContext, key: str) -> list[tuple[str, str | None, ConfigSource]]:
+    return [
+        (name, None if BROKER_SETTINGS[name].sensitive else BROKER_SETTINGS[name].render(value), source)
+        for name, value, source in ctx.config.synonyms(key)
+    ]
+
+
 def topic_config_entries(ctx: BrokerContext, topic: TopicImage) -> Iterator[ConfigEntry]:
     for name, setting in sorted(TOPIC_SETTINGS.items()):
-        synonyms: list[tuple[str, str | None, ConfigSource]] = []
-        if name in topic.configs:
-            synonyms.append((name, setting.render(topic.configs[name]), ConfigSource.DYNAMIC_TOPIC_CONFIG))
         default_value, default_source, broker_key = ctx.config.topic_default(name)
-        if broker_key is not None:
-            synonyms.append((broker_key, setting.render(default_value), default_source))
-        value, source = (synonyms[0][1], synonyms[0][2]) if synonyms else (setting.render(setting.default), ConfigSource.DEFAULT_CONFIG)
+        synonyms = _broker_synonyms(ctx, broker_key) if broker_key is not None else []
+        if name in topic.configs:
+            value, source = setting.render(topic.configs[name]), ConfigSource.DYNAMIC_TOPIC_CONFIG
+            synonyms.insert(0, (name, value, source))
+        else:
+            value, source = setting.render(default_value), default_source
         yield ConfigEntry(name, value, source, False, setting.sensitive, setting, tuple(synonyms))
 
 
-def broker_config_entries(ctx: BrokerContext) -> Iterator[ConfigEntry]:
+def broker_config_entries(ctx: BrokerContext, cluster_default: bool = False) -> Iterator[ConfigEntry]:
+    """The node's settings; for the cluster-default resource (empty name) only those with a dynamic default."""
     for name, setting in sorted(BROKER_SETTINGS.items()):
-        source = ctx.config.source(name)
-        value = None if setting.sensitive else setting.render(ctx.config.get(name))
-        synonyms = ((name, value, source),) if source is not ConfigSource.DEFAULT_CONFIG else ()
-        yield ConfigEntry(name, value, source, not setting.dynamic, setting.sensitive, setting, synonyms)
+        if cluster_default and name not in ctx.config.dynamic:
+            continue
+        synonyms = _broker_synonyms(ctx, name)
+        value, source = (synonyms[0][1], synonyms[0][2]) if synonyms else (None, ConfigSource.DEFAULT_CONFIG)
+        yield ConfigEntry(name, value, source, not setting.dynamic, setting.sensitive, setting, tuple(synonyms))
 
 
 def _refusal(ctx: BrokerContext, conn: ConnectionInfo, resource: Any, operation: Op) -> ErrorCode | None:
@@ -89,6 +99,9 @@ def _describe_one(ctx: BrokerContext, conn: ConnectionInfo, b: Any, resource: An
     if refusal is not None:
         return result(refusal, None)
     if resource.resource_type == TOPIC_RESOURCE:
+        problem = topic_name_problem(resource.resource_name)
+        if problem:
+            return result(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
         topic = ctx.image.topics.get(resource.resource_name)
         if topic is None:
             return result(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {resource.resource_name} does not exist")
@@ -96,7 +109,7 @@ def _describe_one(ctx: BrokerContext, conn: ConnectionInfo, b: Any, resource: An
     elif resource.resource_type == BROKER:
         if resource.resource_name not in ("", str(ctx.node_id)):
             return result(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {ctx.node_id} but received {resource.resource_name}")
-        entries = list(broker_config_entries(ctx))
+        entries = list(broker_config_entries(ctx, cluster_default=resource.resource_name == ""))
     elif resource.resource_type == BROKER_LOGGER:
         entries = []
     else:

@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 
 FETCH = 1
 READ_COMMITTED = 1
+# Errors found before reading the log; Kafka answers these with an empty aborted-transactions list
+# (the message default), and read errors (e.g. OFFSET_OUT_OF_RANGE) with null.
+LOOKUP_ERRORS = frozenset({
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+})
 
 
 @dataclass(slots=True)
@@ -192,8 +197,10 @@ def _response(b: Any, fetch_ctx: FetchContext, results: list[PartitionRead], ver
             last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
         ):
             continue
-        aborted = None
-        if r.aborted is not None:
+        aborted: tuple[Any, ...] | None = None
+        if r.error in LOOKUP_ERRORS:
+            aborted = ()  # Kafka's answer for a partition it could not even look up: an empty list
+        elif r.aborted is not None:
             aborted = tuple(
                 b.make("AbortedTransaction", producer_id=pid, first_offset=first) for pid, first in r.aborted
             )

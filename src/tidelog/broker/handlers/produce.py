@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from tidelog.broker.authz import (
@@ -29,11 +30,23 @@ from tidelog.broker.handlers.common import partition_log
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.protocol.headers import RequestHeader
+from tidelog.storage.log import PartitionLog
 
 log = logging.getLogger(__name__)
 
 PRODUCE, INIT_PRODUCER_ID = 0, 22
 VALID_ACKS = (-1, 0, 1)
+MAGIC_OFFSET, MAGIC_V2 = 16, 2
+# Errors Kafka answers without the partition's log start offset (-1): those raised before the log is
+# consulted or by its framing checks (ReplicaManager's "unknown log append info" cases).
+NO_LOG_START = frozenset({
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.CORRUPT_MESSAGE,
+    ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ErrorCode.INVALID_REQUIRED_ACKS,
+})
+# Errors from validating records one by one; Kafka names the failing batch in record_errors (KIP-467).
+RECORD_LEVEL = frozenset({ErrorCode.INVALID_TIMESTAMP, ErrorCode.INVALID_RECORD})
 
 
 def _timestamp(ms: int) -> datetime.datetime | None:
@@ -42,59 +55,116 @@ def _timestamp(ms: int) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(ms // 1000, datetime.UTC) + datetime.timedelta(milliseconds=ms % 1000)
 
 
+@dataclass(slots=True)
+class PartitionResult:
+    error: ErrorCode = ErrorCode.NONE
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+    record_error: bool = False  # the error concerns the batch's records: say so in record_errors
+
+
+def _append_one(
+    ctx: BrokerContext, conn: ConnectionInfo, topic: str, pdata: Any, acks: int, denied: ErrorCode | None,
+    to_flush: list[PartitionLog],
+) -> PartitionResult:
+    """Append one partition's batches; every failure becomes that partition's error code alone."""
+    result = PartitionResult()
+    plog: PartitionLog | None = None
+    try:
+        if denied is not None:
+            raise KafkaError(denied)
+        if acks not in VALID_ACKS:
+            raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
+        records = pdata.records
+        if records is not None and len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] != MAGIC_V2:
+            # Kafka refuses old message formats for the whole partition before any log work.
+            result.error = ErrorCode.INVALID_RECORD
+            result.message = f"Produce requests with version >= 3 may only contain record batches with magic 2, not {records[MAGIC_OFFSET]}"
+            ctx.metrics.produce_failed(topic)
+            return result
+        plog = partition_log(ctx, topic, pdata.index)
+        if records is None:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "records are null")
+        leader_epoch = ctx.image.topics[topic].partitions[pdata.index].leader_epoch
+        info = plog.append_as_leader(pdata.records, leader_epoch=leader_epoch, now_ms=ctx.now_ms())
+        result.base_offset, result.log_start_offset = info.first_offset, info.log_start_offset
+        # A retried batch is answered with its original timestamp, as Kafka does.
+        result.log_append_time = info.max_timestamp if info.duplicate else info.log_append_time
+        if info.needs_flush:
+            to_flush.append(plog)
+        if not info.duplicate:
+            ctx.purgatory.notify((topic, pdata.index))
+            ctx.metrics.produced(topic, len(pdata.records), info.record_count)
+        return result
+    except KafkaError as exc:
+        result.error, result.message = exc.code, exc.message or None
+        if exc.code is ErrorCode.KAFKA_STORAGE_ERROR:
+            log.error("produce to %s-%d failed: %s", topic, pdata.index, exc)
+    except Exception:
+        log.exception("produce to %s-%d from %s failed", topic, pdata.index, conn.peer)
+        result.error = ErrorCode.UNKNOWN_SERVER_ERROR
+    ctx.metrics.produce_failed(topic)
+    if plog is not None and result.error not in NO_LOG_START:
+        result.log_start_offset = plog.log_start_offset
+        result.record_error = result.error in RECORD_LEVEL
+    return result
+
+
+def _topic_name(ctx: BrokerContext, topic_data: Any) -> str | None:
+    """The topic's name: given up to v12, looked up by topic id from v13 (None when unknown)."""
+    name: str | None = getattr(topic_data, "name", None)
+    if name is not None:
+        return name
+    found = ctx.image.topic_by_id(topic_data.topic_id)
+    return found.name if found is not None else None
+
+
 async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
     b = builder(PRODUCE, header.api_version)
     acks = request.acks
-    loop = asyncio.get_running_loop()
-    to_flush = []
+    to_flush: list[PartitionLog] = []
     topics = []
     transactional_id = getattr(request, "transactional_id", None)
     txn_denied = transactional_id is not None and not authorize(ctx, conn, Op.WRITE, TRANSACTIONAL_ID, transactional_id)
     for topic_data in request.topic_data:
+        name = _topic_name(ctx, topic_data)
+        denied: ErrorCode | None = None
+        if txn_denied:
+            denied = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        elif name is None:
+            denied = ErrorCode.UNKNOWN_TOPIC_ID
+        elif not authorize(ctx, conn, Op.WRITE, TOPIC, name):
+            denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         partitions = []
-        denied = txn_denied or not authorize(ctx, conn, Op.WRITE, TOPIC, topic_data.name)
         for pdata in topic_data.partition_data:
-            error, base_offset, append_time, start_offset, message = ErrorCode.NONE, -1, -1, -1, None
-            try:
-                if denied:
-                    raise KafkaError(
-                        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_denied else ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                    )
-                if acks not in VALID_ACKS:
-                    raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
-                plog = partition_log(ctx, topic_data.name, pdata.index)
-                if pdata.records is None:
-                    raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "records are null")
-                leader_epoch = ctx.image.topics[topic_data.name].partitions[pdata.index].leader_epoch
-                info = plog.append_as_leader(pdata.records, leader_epoch=leader_epoch, now_ms=ctx.now_ms())
-                base_offset, append_time, start_offset = info.first_offset, info.log_append_time, info.log_start_offset
-                if info.needs_flush:
-                    to_flush.append(plog)
-                if not info.duplicate:
-                    ctx.purgatory.notify((topic_data.name, pdata.index))
-                    ctx.metrics.produced(topic_data.name, len(pdata.records), info.record_count)
-            except KafkaError as exc:
-                ctx.metrics.produce_failed(topic_data.name)
-                error, message = exc.code, exc.message or None
-                if error is ErrorCode.KAFKA_STORAGE_ERROR:
-                    log.error("produce to %s-%d failed: %s", topic_data.name, pdata.index, exc)
-            except Exception:
-                ctx.metrics.produce_failed(topic_data.name)
-                log.exception("produce to %s-%d from %s failed", topic_data.name, pdata.index, conn.peer)
-                error = ErrorCode.UNKNOWN_SERVER_ERROR
+            r = _append_one(ctx, conn, name or "", pdata, acks, denied, to_flush)
+            record_errors: tuple[Any, ...] = ()
+            if r.record_error and r.message:
+                # KIP-467: say which batch failed, so the client can tell the records apart.
+                record_errors = (b.make("BatchIndexAndErrorMessage", batch_index=0, batch_index_error_message=r.message),)
             partitions.append(
                 b.make(
                     "PartitionProduceResponse",
                     index=pdata.index,
-                    error_code=error,
-                    base_offset=base_offset,
-                    log_append_time=_timestamp(append_time),
-                    log_start_offset=start_offset,
-                    record_errors=(),
-                    error_message=message,
+                    error_code=r.error,
+                    base_offset=r.base_offset,
+                    log_append_time=_timestamp(r.log_append_time),
+                    log_start_offset=r.log_start_offset,
+                    record_errors=record_errors,
+                    error_message=r.message,
                 )
             )
-        topics.append(b.make("TopicProduceResponse", name=topic_data.name, partition_responses=tuple(partitions)))
+        topics.append(
+            b.make(
+                "TopicProduceResponse",
+                name=name or "",
+                topic_id=getattr(topic_data, "topic_id", None),
+                partition_responses=tuple(partitions),
+            )
+        )
+    loop = asyncio.get_running_loop()
     for plog in to_flush:
         # fsync runs on a worker thread: the event loop keeps serving other connections meanwhile.
         await loop.run_in_executor(None, plog.flush)

@@ -63,15 +63,18 @@ async def _fail_slowly(ctx: BrokerContext, conn: ConnectionInfo, why: str) -> No
     """Delay the answer to a failed authentication, then have the server close the connection."""
     log.info("authentication failed for %s (client %s) on %s: %s", conn.peer, conn.client_id, conn.listener.name, why)
     conn.close_after_response = True
+    auth = conn.auth
+    ctx.metrics.authentication_failed(conn.listener.name, (auth.mechanism if auth is not None else None) or "none")
     delay_ms = ctx.config.get_int("connection.failed.authentication.delay.ms")
     if delay_ms > 0:
         await asyncio.sleep(delay_ms / 1000)
 
 
-def _authenticated(conn: ConnectionInfo, auth: SaslAuthenticator) -> None:
-    assert auth.principal is not None
+def _authenticated(ctx: BrokerContext, conn: ConnectionInfo, auth: SaslAuthenticator) -> None:
+    assert auth.principal is not None and auth.mechanism is not None
     conn.principal = auth.principal
     conn.auth = None
+    ctx.metrics.authentication_succeeded(conn.listener.name, auth.mechanism)
     log.debug("%s authenticated as %s with %s on %s", conn.peer, auth.principal, auth.mechanism, conn.listener.name)
 
 
@@ -113,7 +116,7 @@ async def sasl_authenticate(ctx: BrokerContext, conn: ConnectionInfo, header: Re
         await _fail_slowly(ctx, conn, str(exc))
         return answer(ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc))
     if step.complete:
-        _authenticated(conn, auth)
+        _authenticated(ctx, conn, auth)
     return answer(ErrorCode.NONE, None, step.challenge)
 
 
@@ -127,7 +130,7 @@ async def sasl_raw_token(ctx: BrokerContext, conn: ConnectionInfo, token: bytes)
         await _fail_slowly(ctx, conn, str(exc))
         return None
     if step.complete:
-        _authenticated(conn, auth)
+        _authenticated(ctx, conn, auth)
     return step.challenge
 
 

@@ -31,13 +31,17 @@ async def create_topics(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
     names = [t.name for t in request.topics]
     duplicates = {n for n in names if names.count(n) > 1}
     results = []
+    answered: set[str] = set()
     for topic in request.topics:
+        if topic.name in answered:
+            continue  # Kafka answers a name given twice once
+        answered.add(topic.name)
         if topic.name in duplicates:
             results.append(
                 b.make(
                     "CreatableTopicResult", name=topic.name, topic_id=None, error_code=ErrorCode.INVALID_REQUEST,
                     error_message=f"Create topics request from client `{conn.client_id}` contains multiple entries "
-                    f"for the following topics: {topic.name}", num_partitions=-1, replication_factor=-1, configs=None,
+                    f"for the following topics: {topic.name}", num_partitions=-1, replication_factor=-1, configs=(),
                 )
             )
             continue
@@ -46,7 +50,7 @@ async def create_topics(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
             results.append(
                 b.make(
                     "CreatableTopicResult", name=topic.name, topic_id=None, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                    error_message="Authorization failed.", num_partitions=-1, replication_factor=-1, configs=None,
+                    error_message="Authorization failed.", num_partitions=-1, replication_factor=-1, configs=(),
                 )
             )
             continue
@@ -59,7 +63,7 @@ async def create_topics(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
             request.validate_only,
         )
         created = outcome.topic
-        configs = None
+        configs: tuple[Any, ...] = ()
         config_error = ErrorCode.NONE
         if created is not None and not authorize(ctx, conn, Op.DESCRIBE_CONFIGS, TOPIC, topic.name, record=False):
             config_error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -75,7 +79,7 @@ async def create_topics(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
             b.make(
                 "CreatableTopicResult",
                 name=topic.name,
-                topic_id=created.topic_id if created is not None and not request.validate_only else None,
+                topic_id=created.topic_id if created is not None else None,
                 error_code=outcome.error,
                 error_message=outcome.message,
                 num_partitions=len(created.partitions) if created is not None else -1,
