@@ -29,6 +29,16 @@ from confluent_kafka.admin import (
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
+from kio.schema.alter_user_scram_credentials.v0.request import (
+    AlterUserScramCredentialsRequest,
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
+)
+from kio.schema.create_acls.v1.request import AclCreation, CreateAclsRequest
+from kio.schema.describe_user_scram_credentials.v0.request import (
+    DescribeUserScramCredentialsRequest,
+    UserName,
+)
 from kio.schema.metadata.v4.request import MetadataRequest
 from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
 from kio.schema.sasl_authenticate.v1.response import SaslAuthenticateResponse
@@ -297,3 +307,34 @@ def test_deleted_scram_user_can_no_longer_authenticate(sasl: SaslBroker) -> None
     for future in admin.alter_user_scram_credentials([delete]).values():
         future.result(timeout=10)
     assert authentication_errors(sasl.bootstrap("SASL_PLAINTEXT"), config)
+
+
+# -- the credential and ACL admin APIs, as Kafka answers them ----------------------------------------
+
+
+def test_scram_credential_changes_are_validated_per_user(sasl: SaslBroker) -> None:
+    salt, salted = b"0123456789abcdef", b"\x01" * 32
+    with RawClient(sasl.broker.host, sasl.broker.port) as client:
+        response = client.call(AlterUserScramCredentialsRequest(
+            deletions=(ScramCredentialDeletion(name="nobody", mechanism=1), ScramCredentialDeletion(name="twice", mechanism=1)),
+            upsertions=(
+                ScramCredentialUpsertion(name="weak", mechanism=1, iterations=1000, salt=salt, salted_password=salted),
+                ScramCredentialUpsertion(name="odd", mechanism=9, iterations=4096, salt=salt, salted_password=salted),
+                ScramCredentialUpsertion(name="twice", mechanism=1, iterations=4096, salt=salt, salted_password=salted),
+                ScramCredentialUpsertion(name="fine", mechanism=2, iterations=4096, salt=salt, salted_password=salted),
+            ),
+        ))
+        errors = {r.user: r.error_code for r in response.results}
+        assert errors == {"nobody": 91, "twice": 92, "weak": 93, "odd": 33, "fine": 0}
+        described = client.call(DescribeUserScramCredentialsRequest(users=(UserName(name="fine"), UserName(name="ghost"))))
+        by_user = {r.user: r for r in described.results}
+        assert by_user["ghost"].error_code == 91
+        assert [(c.mechanism, c.iterations) for c in by_user["fine"].credential_infos] == [(2, 4096)]
+
+
+def test_acl_requests_without_an_authorizer_answer_security_disabled(sasl: SaslBroker) -> None:
+    with RawClient(sasl.broker.host, sasl.broker.port) as client:
+        creation = AclCreation(resource_type=2, resource_name="t", resource_pattern_type=3, principal="User:a", host="*",
+                               operation=3, permission_type=3)
+        [result] = client.call(CreateAclsRequest(creations=(creation,))).results
+        assert result.error_code == 54 and result.error_message == "No Authorizer is configured."

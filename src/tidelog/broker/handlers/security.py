@@ -288,9 +288,21 @@ async def describe_user_scram_credentials(ctx: BrokerContext, conn: ConnectionIn
     return answer(ErrorCode.NONE, tuple(one(user) for user in dict.fromkeys(wanted)))
 
 
-def _upsertion_problem(upsertion: Any) -> tuple[ErrorCode, str] | None:
-    if SCRAM_CODES.get(upsertion.mechanism) is None:
+def _alteration_problem(kind: str, item: Any, current: dict[tuple[str, str], Any]) -> tuple[ErrorCode, str] | None:
+    """Kafka's checks of one deletion or upsertion (after duplicates), or None."""
+    if not item.name:
+        return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
+    mechanism = SCRAM_CODES.get(item.mechanism)
+    if mechanism is None:
         return ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"
+    if kind == "delete":
+        if (item.name, mechanism) not in current:
+            return ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist"
+        return None
+    return _upsertion_problem(item)
+
+
+def _upsertion_problem(upsertion: Any) -> tuple[ErrorCode, str] | None:
     if upsertion.iterations < MIN_ITERATIONS:
         return ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Too few iterations: at least {MIN_ITERATIONS}"
     if upsertion.iterations > MAX_ITERATIONS:
@@ -314,25 +326,21 @@ async def alter_user_scram_credentials(ctx: BrokerContext, conn: ConnectionInfo,
     if not authorize_cluster(ctx, conn, Op.ALTER):
         return answer({user: (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, NOT_AUTHORIZED) for user in users})
     current = dict(ctx.image.scram_credentials)
-    errors: dict[str, tuple[ErrorCode, str | None]] = {}
-    seen: set[tuple[str, int]] = set()
+    items = [("delete", d) for d in request.deletions] + [("upsert", u) for u in request.upsertions]
+    pairs = [(item.name, item.mechanism) for _, item in items]
+    errors: dict[str, tuple[ErrorCode, str | None]] = {
+        user: (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
+        for user, mechanism in pairs if pairs.count((user, mechanism)) > 1
+    }
     changes: dict[str, list[tuple[str, Any]]] = defaultdict(list)
-    for kind, item in [("delete", d) for d in request.deletions] + [("upsert", u) for u in request.upsertions]:
-        user = item.name
-        if user in errors:
+    for kind, item in items:
+        if item.name in errors:
             continue
-        if not user:
-            errors[user] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
-        elif (user, item.mechanism) in seen:
-            errors[user] = (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
-        elif kind == "delete" and (SCRAM_CODES.get(item.mechanism) is None):
-            errors[user] = (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
-        elif kind == "delete" and (user, SCRAM_CODES[item.mechanism]) not in current:
-            errors[user] = (ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist")
-        elif kind == "upsert" and (problem := _upsertion_problem(item)) is not None:
-            errors[user] = problem
-        seen.add((user, item.mechanism))
-        changes[user].append((kind, item))
+        problem = _alteration_problem(kind, item, current)
+        if problem is not None:
+            errors[item.name] = problem
+        else:
+            changes[item.name].append((kind, item))
     for user in users:
         if user in errors:
             continue
