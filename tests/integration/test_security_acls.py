@@ -320,3 +320,17 @@ def test_audit_mode_records_what_enforcement_would_deny_and_its_acls_lock_the_cl
         assert {e["principal"] for e in final["entries"]} == {"User:billing"}, "enforce mode records nothing"
     finally:
         broker.close()
+
+
+def test_create_acls_refuses_what_kafka_refuses(locked: tuple[BrokerProcess, dict[str, str]]) -> None:
+    broker, _ = locked
+    root = admin(broker.bootstrap)
+    bad = [
+        topic_acl("User:alice", "not-kafka-cluster", AclOperation.ALTER, resource=ResourceType.BROKER),
+        topic_acl("User:alice", "some-group", AclOperation.WRITE, resource=ResourceType.GROUP),
+        topic_acl("alice-without-type", "t", AclOperation.READ),
+    ]
+    for binding, future in root.create_acls(bad).items():
+        with pytest.raises(KafkaException, match="INVALID_REQUEST") as caught:
+            future.result(timeout=10)
+        assert caught.value.args[0].str(), f"{binding} refused without a reason"
