@@ -600,7 +600,7 @@ class PartitionLog:
                         ranges.append((seg.fd, pos, length))
                         holders.append(seg)
                         remaining -= length
-                        position_offset = nxt
+                    position_offset = nxt
                     if position_offset < seg.next_offset:
                         break  # a batch of this segment was left out: never skip over it
                     if max_offset is not None and position_offset >= max_offset:

@@ -125,11 +125,13 @@ class LogSegment:
         """(position, length, next offset) of whole batches from the one holding ``offset``.
 
         Stops before ``max_bytes`` would be exceeded (but takes one batch when ``min_one_batch``),
-        and before any batch whose last offset reaches ``max_offset`` (exclusive bound).
+        and before any batch whose last offset reaches ``max_offset`` (exclusive bound). When the
+        segment holds no batch at or after ``offset`` (compaction can empty a segment's tail), the
+        next offset is the segment's end, so the reader moves on to the next segment.
         """
         found = self.find(offset)
         if found is None:
-            return 0, 0, offset
+            return 0, 0, max(offset, self.next_offset)
         start, first = found
         header: BatchHeader | None = first
         position, length, next_offset = start, 0, offset
