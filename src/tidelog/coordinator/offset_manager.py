@@ -48,6 +48,9 @@ class OffsetManager:
     def __init__(self, state: CoordinatorState, classic: ClassicGroupManager) -> None:
         self.state = state
         self.classic = classic
+        # TxnOffsetCommit: offsets a producer sent inside its open transaction, keyed by producer id,
+        # held until the transaction's marker (written as commits on COMMIT, dropped on ABORT).
+        self.pending_txn: dict[int, dict[OffsetCommitKey, OffsetCommitValue]] = {}
 
     # ================================================================================ OffsetCommit
 
@@ -116,7 +119,7 @@ class OffsetManager:
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None) -> OffsetFetchResult:
         """Committed offsets of ``topics`` (all of the group's when None); -1 where there is none.
 
-        ``require_stable`` needs no handling yet: without transactional commits no offset is pending.
+        ``require_stable`` is answered by the caller with :meth:`has_pending`.
         """
         error = self.state.status(group_id)
         if error is not ErrorCode.NONE:
@@ -139,6 +142,56 @@ class OffsetManager:
                                FetchedOffset(partition, c.offset, c.leader_epoch, c.metadata))
             answers.append((topic, tuple(fetched)))
         return OffsetFetchResult(ErrorCode.NONE, tuple(answers))
+
+    # ======================================================================= transactional commits
+
+    def txn_commit_offsets(self, producer_id: int, req: OffsetCommit, now_ms: int) -> PartitionErrors:
+        """TxnOffsetCommit: hold the offsets until the transaction ends (:meth:`complete_txn`).
+
+        Validated like OffsetCommit when the request names a generation (KIP-447 clients do), and
+        without member checks otherwise (older clients send only the group id).
+        """
+        self.state.now = now_ms
+        error = self.state.status(req.group_id)
+        if error is ErrorCode.NONE and (req.generation_id >= 0 or req.member_id) and req.group_id in self.state.groups:
+            error = self._validate_commit(req)
+        topics = []
+        held = self.pending_txn.setdefault(producer_id, {})
+        for topic, parts in req.topics:
+            answers: list[tuple[int, ErrorCode]] = []
+            for p in parts:
+                if error is not ErrorCode.NONE:
+                    answers.append((p.partition, error))
+                elif not self.state.partition_exists(topic, p.partition):
+                    answers.append((p.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                elif p.metadata is not None and _java_length(p.metadata) > self.state.config.offset_metadata_max_bytes:
+                    answers.append((p.partition, ErrorCode.OFFSET_METADATA_TOO_LARGE))
+                else:
+                    answers.append((p.partition, ErrorCode.NONE))
+                    key = OffsetCommitKey(req.group_id, topic, p.partition)
+                    held[key] = OffsetCommitValue(p.offset, p.metadata or "", now_ms, p.leader_epoch, -1)
+            topics.append((topic, tuple(answers)))
+        if not held:
+            del self.pending_txn[producer_id]
+        return PartitionErrors(tuple(topics))
+
+    def complete_txn(self, producer_id: int, commit: bool, now_ms: int) -> None:
+        """The transaction of ``producer_id`` ended: write its offsets as commits, or forget them."""
+        self.state.now = now_ms
+        held = self.pending_txn.pop(producer_id, {})
+        if not commit:
+            return
+        by_group: dict[str, list[CoordinatorRecord]] = {}
+        for key, value in held.items():
+            by_group.setdefault(key.group, []).append(OffsetCommitRecord(key, value))
+        for group_id, records in by_group.items():
+            if self.state.status(group_id) is ErrorCode.NONE:
+                self.state.write(group_id, records, None)
+
+    def has_pending(self, group_id: str, topic: str, partition: int) -> bool:
+        """Whether an open transaction holds an offset of this group and partition (UNSTABLE_OFFSET_COMMIT)."""
+        key = OffsetCommitKey(group_id, topic, partition)
+        return any(key in held for held in self.pending_txn.values())
 
     # ================================================================================ OffsetDelete
 
