@@ -23,6 +23,7 @@ from tidelog.storage.manager import LogManager
 
 if TYPE_CHECKING:
     from tidelog.broker.group_runtime import GroupRuntime
+    from tidelog.broker.txn_runtime import TxnRuntime
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,7 @@ class BrokerContext:
     fetch_sessions: FetchSessionCache = field(default_factory=FetchSessionCache)
     producer_ids: ProducerIdAllocator | None = None
     groups: GroupRuntime | None = None  # the group coordinator's shell (broker/group_runtime.py)
+    transactions: TxnRuntime | None = None  # the transaction coordinator's shell (broker/txn_runtime.py)
     now_ms: Callable[[], int] = wall_clock_ms
     # None when authorizer.class.name is empty: every request is allowed (broker/authz.py).
     authorizer: AccessGate | None = None
