@@ -12,12 +12,15 @@ group has no members (Empty, or Dead when it does not exist).
 from __future__ import annotations
 
 import argparse
+import io
 import re
+import socket
+import struct
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     ConsumerGroupState,
@@ -26,6 +29,20 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
+from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest
+from kio.schema.find_coordinator.v1.response import FindCoordinatorResponse
+from kio.schema.offset_delete.v0.request import (
+    OffsetDeleteRequest,
+    OffsetDeleteRequestPartition,
+    OffsetDeleteRequestTopic,
+)
+from kio.schema.offset_delete.v0.response import OffsetDeleteResponse
+from kio.schema.request_header.v1.header import RequestHeader
+from kio.schema.response_header.v0.header import ResponseHeader
+from kio.schema.types import GroupId, TopicName
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i8, i32
+from kio.static.protocol import Entity
 
 from tidelog.cli.common import (
     CliError,
@@ -33,11 +50,14 @@ from tidelog.cli.common import (
     add_connection_options,
     add_json_option,
     admin_client,
+    client_config,
     kafka_error_text,
     result,
 )
+from tidelog.common.errors import ErrorCode
 
 TP = tuple[str, int]
+T = TypeVar("T", bound=Entity)
 
 # -- pure reset planning -------------------------------------------------------------------------
 
@@ -540,7 +560,9 @@ def _reset(args: argparse.Namespace) -> int:
     else:
         out.table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
                   [(r["group"], r["topic"], r["partition"], r["current_offset"], r["new_offset"]) for r in rows])
-    if not args.execute:
+    if args.execute:
+        out.note(f"Committed the new offsets of group {args.group}.")
+    else:
         note = "Dry run: nothing changed; add --execute to commit these offsets."
         if active:
             note += f" (--execute is refused while the group is {state} with {len(description.members)} members.)"
@@ -551,5 +573,89 @@ def _reset(args: argparse.Namespace) -> int:
 # -- delete-offsets ------------------------------------------------------------------------------
 
 
+# librdkafka has no OffsetDelete, so this one command speaks the protocol itself (kio's message classes):
+# FindCoordinator v1 on a bootstrap broker, then OffsetDelete v0 on the coordinator. Plain TCP only.
+
+
+def _kafka_call(address: tuple[str, int], request: Any, response_type: type[T], timeout: float) -> T:
+    """One request on a fresh connection; the decoded response."""
+    buffer = io.BytesIO()
+    header = RequestHeader(request_api_key=request.__api_key__, request_api_version=request.__version__,
+                           correlation_id=i32(1), client_id="tidelog-cli")
+    entity_writer(RequestHeader)(buffer, header)
+    entity_writer(type(request))(buffer, request)
+    payload = buffer.getvalue()
+    with socket.create_connection(address, timeout=timeout) as sock:
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        size = struct.unpack(">i", _recv_exactly(sock, 4))[0]
+        frame = _recv_exactly(sock, size)
+    _header, offset = entity_reader(ResponseHeader)(frame, 0)
+    body, _size = entity_reader(response_type)(frame, offset)
+    return body
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        data += chunk
+    return bytes(data)
+
+
+def _bootstrap_address(args: argparse.Namespace) -> tuple[str, int]:
+    config = client_config(args)
+    protocol = str(config.get("security.protocol", "plaintext")).lower()
+    if protocol != "plaintext":
+        raise CliError(f"delete-offsets talks to the group coordinator directly (librdkafka has no OffsetDelete) and "
+                       f"supports only PLAINTEXT listeners, not {protocol.upper()}", 2)
+    first = str(config["bootstrap.servers"]).split(",")[0].strip().removeprefix("PLAINTEXT://")
+    host, _sep, port = first.rpartition(":")
+    if not host or not port.isdigit():
+        raise CliError(f"bootstrap server {first!r} is not HOST:PORT", 2)
+    return host.strip("[]"), int(port)
+
+
+_ERROR_NAMES = {int(e.value): e.name for e in ErrorCode}
+
+
+def _error_name(code: int) -> str:
+    return _ERROR_NAMES.get(code, f"error {code}")
+
+
 def _delete_offsets(args: argparse.Namespace) -> int:
-    raise CliError("delete-offsets is not available yet", 1)
+    wanted: dict[str, list[int] | None] = {}
+    for text in args.topic:
+        try:
+            topic, partitions = parse_topic_partitions(text)
+        except ValueError as exc:
+            raise CliError(str(exc), 2) from None
+        wanted[topic] = partitions
+    address = _bootstrap_address(args)
+    admin = admin_client(args)
+    chosen = {topic: parts if parts is not None else _topic_partitions(admin, args, topic) for topic, parts in wanted.items()}
+    try:
+        found = _kafka_call(address, FindCoordinatorRequest(key=args.group, key_type=i8(0)), FindCoordinatorResponse, args.timeout)
+        if found.error_code != 0:
+            raise CliError(f"no coordinator for group {args.group}: {_error_name(found.error_code)}")
+        request = OffsetDeleteRequest(group_id=GroupId(args.group), topics=tuple(
+            OffsetDeleteRequestTopic(name=TopicName(topic), partitions=tuple(
+                OffsetDeleteRequestPartition(partition_index=i32(p)) for p in parts))
+            for topic, parts in chosen.items()))
+        answer = _kafka_call((found.host, int(found.port)), request, OffsetDeleteResponse, args.timeout)
+    except OSError as exc:
+        raise CliError(f"cannot reach the cluster at {address[0]}:{address[1]}: {exc}") from None
+    if answer.error_code != 0:
+        raise CliError(f"could not delete offsets of group {args.group}: {_error_name(answer.error_code)}")
+    rows = [{"group": args.group, "topic": str(t.name), "partition": int(p.partition_index),
+             "error": None if p.error_code == 0 else _error_name(p.error_code)}
+            for t in answer.topics for p in t.partitions]
+    rows.sort(key=lambda r: (r["topic"], r["partition"]))
+    out = Output(args.json)
+    if args.json:
+        out.json(rows)
+    else:
+        out.table(["GROUP", "TOPIC", "PARTITION", "STATUS"],
+                  [(r["group"], r["topic"], r["partition"], r["error"] or "Successful") for r in rows])
+    return 1 if any(r["error"] for r in rows) else 0
