@@ -12,7 +12,8 @@ Keys::
 
     key version 0 or 1: OffsetCommitKey     group string, topic string, partition int32
     key version 2:      GroupMetadataKey    group string
-    key version 3+:     KIP-848 consumer-group records (not read by this coordinator; skipped)
+    key version 3-8:    KIP-848 consumer-group records (``consumer_group_records``; 4 is skipped)
+    key version 9+:     other kinds of records (not read by this coordinator; skipped)
 
 OffsetCommitValue (written as version 3, or 1 when the commit carries an expire timestamp)::
 
@@ -43,6 +44,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+
+from tidelog.coordinator import consumer_group_records
+from tidelog.coordinator.consumer_group_records import ConsumerGroupRecord
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
@@ -119,7 +123,7 @@ class GroupMetadataRecord:
     value: GroupMetadataValue | None
 
 
-CoordinatorRecord = OffsetCommitRecord | GroupMetadataRecord
+CoordinatorRecord = OffsetCommitRecord | GroupMetadataRecord | ConsumerGroupRecord
 
 
 # ----------------------------------------------------------------------------------------- encoding
@@ -173,6 +177,8 @@ class _Writer:
 
 
 def encode_key(record: CoordinatorRecord) -> bytes:
+    if isinstance(record, ConsumerGroupRecord):
+        return consumer_group_records.encode_key(record.key)
     w = _Writer()
     if isinstance(record, OffsetCommitRecord):
         w.i16(OFFSET_COMMIT_KEY_VERSION)
@@ -189,6 +195,8 @@ def encode_value(record: CoordinatorRecord, version: int | None = None) -> bytes
     """The value bytes (None for a tombstone); ``version`` defaults to what Kafka writes."""
     if record.value is None:
         return None
+    if isinstance(record, ConsumerGroupRecord):
+        return consumer_group_records.encode_value(record.value)
     if isinstance(record.value, OffsetCommitValue):
         return _encode_offset_value(record.value, version)
     return _encode_group_value(record.value, version)
@@ -319,7 +327,7 @@ class _Reader:
 
 
 def decode(key: bytes, value: bytes | None) -> CoordinatorRecord | None:
-    """Decode one record; None for the record kinds this coordinator does not keep (KIP-848 ones)."""
+    """Decode one record; None for the record kinds this coordinator does not keep."""
     r = _Reader(key)
     kind = r.i16()
     if kind in (0, 1):
@@ -332,7 +340,10 @@ def decode(key: bytes, value: bytes | None) -> CoordinatorRecord | None:
         return GroupMetadataRecord(group_key, None if value is None else _decode_group_value(value))
     if kind < 0:
         raise InvalidRecord(f"negative key version {kind}")
-    return None
+    try:
+        return consumer_group_records.decode(key, value)
+    except consumer_group_records.InvalidConsumerGroupRecord as exc:
+        raise InvalidRecord(str(exc)) from None
 
 
 def _value_reader(value: bytes) -> tuple[_Reader, int]:

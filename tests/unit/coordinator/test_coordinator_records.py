@@ -91,8 +91,10 @@ def test_legacy_offset_key_version_0_still_decodes() -> None:
     assert decoded == OffsetCommitRecord(OffsetCommitKey("g", "t", 2), None)
 
 
-def test_kip_848_records_are_skipped_not_misread() -> None:
-    assert decode(b"\x00\x03\x00\x01g", b"\x00\x00anything") is None
+def test_record_kinds_not_kept_are_skipped_not_misread() -> None:
+    # 4: KIP-848 partition metadata (Kafka before 4.1); 11: a share-group record.
+    assert decode(b"\x00\x04\x00\x01g", b"\x00\x00anything") is None
+    assert decode(b"\x00\x0b\x00\x01g", b"\x00\x00anything") is None
 
 
 @pytest.mark.parametrize(
