@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from tidelog.common.errors import ErrorCode
+from tidelog.coordinator.consumer_group import ConsumerGroup
 from tidelog.coordinator.group import ClassicGroup, GroupState
 from tidelog.coordinator.messages import JoinGroupResult, SyncGroupResult
 from tidelog.coordinator.offsets import OffsetStore
@@ -100,6 +101,8 @@ class CoordinatorState:
         self.partition_exists = partition_exists
         self.new_id = new_id
         self.groups: dict[str, ClassicGroup] = {}
+        # KIP-848 groups (consumer_group.py). A group id names a classic group or a consumer group, never both.
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.offsets = OffsetStore()
         self.timers = Timers()
         self.out = Outputs()
