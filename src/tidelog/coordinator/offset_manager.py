@@ -125,7 +125,7 @@ class OffsetManager:
         if error is not ErrorCode.NONE:
             return OffsetFetchResult(error)
         group = self.state.groups.get(group_id)
-        known = group is not None and not group.is_state(GroupState.DEAD)
+        known = (group is not None and not group.is_state(GroupState.DEAD)) or group_id in self.state.consumer_groups
         if topics is None:
             held = self.state.offsets.of_group(group_id) if known else {}
             by_topic: dict[str, list[FetchedOffset]] = {}
