@@ -32,11 +32,22 @@ does, so sessions survive a restart), a partition not loaded at all NOT_COORDINA
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 
 from tidelog.common.errors import ErrorCode
 from tidelog.coordinator.classic import ClassicGroupManager
+from tidelog.coordinator.consumer_group import (
+    CONSUMER_GROUP_TYPE,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerGroupHeartbeat,
+    ConsumerGroupHeartbeatResult,
+    ConsumerGroupManager,
+    TopicsView,
+)
+from tidelog.coordinator.consumer_group_records import CONSUMER_GROUP_METADATA, ConsumerGroupRecord
 from tidelog.coordinator.group import ClassicGroup, GroupState
 from tidelog.coordinator.messages import (
     DescribedGroup,
@@ -83,6 +94,8 @@ class GroupCoordinator:
         config: CoordinatorConfig | None = None,
         partition_exists: PartitionExists | None = None,
         new_id: Callable[[], str] | None = None,
+        consumer_config: ConsumerGroupConfig | None = None,
+        topics: TopicsView | None = None,
     ) -> None:
         self.state = CoordinatorState(config or CoordinatorConfig())
         if partition_exists is not None:
@@ -91,6 +104,9 @@ class GroupCoordinator:
             self.state.new_id = new_id
         self.classic = ClassicGroupManager(self.state)
         self.offset_manager = OffsetManager(self.state, self.classic)
+        self.consumer = ConsumerGroupManager(self.state, consumer_config)
+        if topics is not None:
+            self.consumer.topics = topics
 
     @property
     def groups(self) -> dict[str, ClassicGroup]:
@@ -157,6 +173,7 @@ class GroupCoordinator:
                 log.info("group %s has %d members, over group.max.size %d: rebalancing",
                          group_id, len(group.members), limit)
                 self.classic.prepare_rebalance(group)
+        self.consumer.start_sessions(partition)
         if self.state.timers.deadline(CLEANUP_TIMER) is None:
             self.offset_manager.schedule_cleanup()
 
@@ -176,8 +193,11 @@ class GroupCoordinator:
         """Apply one record read from (or just appended to) ``__consumer_offsets``."""
         state = self.state
         group_id = record.key.group
+        if isinstance(record, ConsumerGroupRecord):
+            self._replay_consumer_group(record)
+            return
         if isinstance(record, OffsetCommitRecord):
-            if record.value is not None and group_id not in state.groups:
+            if record.value is not None and group_id not in state.groups and group_id not in state.consumer_groups:
                 # Offsets committed without membership (generation -1): a "simple" group, Empty,
                 # with no protocol type, as Kafka creates it.
                 state.groups[group_id] = ClassicGroup(group_id)
@@ -190,6 +210,15 @@ class GroupCoordinator:
             return  # a live group's snapshot: the handler that wrote it already changed the group
         state.remove_group(group_id)
         state.groups[group_id] = ClassicGroup.from_value(group_id, record.value)
+
+    def _replay_consumer_group(self, record: ConsumerGroupRecord) -> None:
+        group_id = record.key.group
+        deleted = record.value is None and record.key.kind == CONSUMER_GROUP_METADATA
+        if self.state.partition_of(group_id) in self.state.active and not deleted:
+            return  # written by a heartbeat of this coordinator, which applied it already
+        if record.value is not None and group_id in self.state.groups:
+            self.state.remove_group(group_id)  # an empty classic group (offsets only) became a consumer group
+        self.consumer.replay(record)
 
     # ============================================================================ membership APIs
 
@@ -211,10 +240,37 @@ class GroupCoordinator:
         self._at(now_ms)
         return self.classic.leave_group(group_id, leaving)
 
+    def consumer_group_heartbeat(self, req: ConsumerGroupHeartbeat, now_ms: int) -> ConsumerGroupHeartbeatResult:
+        """ConsumerGroupHeartbeat (KIP-848): join, heartbeat, reconcile or leave."""
+        self._at(now_ms)
+        return self.consumer.heartbeat(req)
+
+    def consumer_group_describe(self, group_ids: list[str], now_ms: int) -> list[tuple[str, ErrorCode, ConsumerGroup | None]]:
+        """ConsumerGroupDescribe: each group, or why not (a classic group is GROUP_ID_NOT_FOUND, as in Kafka)."""
+        self._at(now_ms)
+        out: list[tuple[str, ErrorCode, ConsumerGroup | None]] = []
+        for group_id in group_ids:
+            error = self.state.check(group_id)
+            group = self.state.consumer_groups.get(group_id)
+            if error is ErrorCode.NONE and group is None:
+                error = ErrorCode.GROUP_ID_NOT_FOUND
+            out.append((group_id, error, group if error is ErrorCode.NONE else None))
+        return out
+
     # ================================================================================ offset APIs
 
     def commit_offsets(self, req: OffsetCommit, now_ms: int) -> Reply[PartitionErrors]:
         self._at(now_ms)
+        consumer_group = self.state.consumer_groups.get(req.group_id)
+        if consumer_group is not None and self.state.status(req.group_id) is ErrorCode.NONE:
+            # A consumer group checks member id and member epoch (its "generation") itself; what it
+            # accepts is then written like a commit made without membership.
+            error = self.consumer.validate_commit(consumer_group, req.member_id, req.generation_id)
+            if error is not ErrorCode.NONE:
+                return Reply(PartitionErrors(tuple(
+                    (topic, tuple((p.partition, error) for p in parts)) for topic, parts in req.topics
+                )))
+            req = dataclasses.replace(req, generation_id=-1, member_id="", group_instance_id=None)
         return self.offset_manager.commit_offsets(req)
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None, now_ms: int) -> OffsetFetchResult:
@@ -244,8 +300,10 @@ class GroupCoordinator:
         group = self.state.groups.get(group_id)
         if group is None or group.is_state(GroupState.DEAD):
             if unknown_is_error:
+                # A consumer group is answered as Kafka does: not found as a classic group.
+                kind = "classic group" if group_id in self.state.consumer_groups else "Group"
                 return DescribedGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND, GroupState.DEAD.value,
-                                      error_message=f"Group {group_id} not found.")
+                                      error_message=f"{kind} {group_id} not found.")
             return DescribedGroup(group_id, ErrorCode.NONE, GroupState.DEAD.value)
         # Member metadata and assignments are shown only once the group is Stable (Kafka's rule).
         stable = group.is_state(GroupState.STABLE)
@@ -272,6 +330,14 @@ class GroupCoordinator:
                 if wanted_states and group.state.value.lower() not in wanted_states:
                     continue
                 listed.append(ListedGroup(group_id, group.protocol_type or "", group.state.value, CLASSIC_GROUP_TYPE))
+        if not wanted_types or CONSUMER_GROUP_TYPE in wanted_types:
+            for group_id, cgroup in self.state.consumer_groups.items():
+                if self.state.partition_of(group_id) not in self.state.active:
+                    continue
+                if wanted_states and cgroup.state.lower() not in wanted_states:
+                    continue
+                listed.append(ListedGroup(group_id, CONSUMER_GROUP_TYPE, cgroup.state, CONSUMER_GROUP_TYPE))
+            listed.sort(key=lambda g: g.group_id)
         error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.state.loading else ErrorCode.NONE
         return error, listed
 
@@ -286,7 +352,11 @@ class GroupCoordinator:
             if error is ErrorCode.NONE:
                 records = by_partition.setdefault(self.state.partition_of(group_id), [])
                 records.extend(self.state.offsets.tombstones(group_id))
-                records.append(GroupMetadataRecord(GroupMetadataKey(group_id), None))
+                consumer_group = self.state.consumer_groups.get(group_id)
+                if consumer_group is not None:
+                    records.extend(self.consumer.tombstones(consumer_group))
+                else:
+                    records.append(GroupMetadataRecord(GroupMetadataKey(group_id), None))
         reply: Reply[list[tuple[str, ErrorCode]]] = Reply(answers)
         for partition, records in by_partition.items():
             self.state.out.writes.append(Write(partition, records, _fail_deleted(reply, self.state, partition)))
@@ -296,6 +366,9 @@ class GroupCoordinator:
         error = self.state.check(group_id)
         if error is not ErrorCode.NONE:
             return error
+        consumer_group = self.state.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            return ErrorCode.NON_EMPTY_GROUP if consumer_group.members else ErrorCode.NONE
         group = self.state.groups.get(group_id)
         if group is None or group.is_state(GroupState.DEAD):
             return ErrorCode.GROUP_ID_NOT_FOUND

@@ -1,0 +1,377 @@
+"""KIP-848 consumer groups as a pure state machine: join, reconcile, leave, expire, fence, restart.
+
+The invariant checked after every step: no partition is owned (assigned or pending revocation) by
+two members at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Mapping
+
+import pytest
+from tests.unit.coordinator.coordinator_harness import MemoryOffsetsLog
+
+from tidelog.common.errors import ErrorCode
+from tidelog.coordinator.consumer_group import (
+    STABLE,
+    UNRELEASED_PARTITIONS,
+    UNREVOKED_PARTITIONS,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerGroupHeartbeat,
+    ConsumerGroupHeartbeatResult,
+)
+from tidelog.coordinator.consumer_group_records import TopicPartitions
+from tidelog.coordinator.coordinator import GroupCoordinator
+from tidelog.coordinator.messages import CommitPartition, OffsetCommit
+from tidelog.coordinator.persistence import encode_batch, load_partition
+from tidelog.coordinator.state import CoordinatorConfig
+
+T = uuid.UUID("00000000-0000-0000-0000-0000000000aa")
+U = uuid.UUID("00000000-0000-0000-0000-0000000000bb")
+CONFIG = ConsumerGroupConfig(session_timeout_ms=1_000, heartbeat_interval_ms=100, max_size=3)
+
+
+class KipHarness:
+    """A coordinator over an in-memory ``__consumer_offsets`` with a hand-moved clock."""
+
+    def __init__(self, log: MemoryOffsetsLog | None = None, topics: dict[str, tuple[uuid.UUID, int]] | None = None,
+                 now: int = 1_000) -> None:
+        self.log = log or MemoryOffsetsLog(3)
+        self.topics = topics if topics is not None else {"t": (T, 6)}
+        self.now = now
+        ids = itertools.count(1)
+        self.coord = GroupCoordinator(CoordinatorConfig(), new_id=lambda: f"gen{next(ids)}",
+                                      consumer_config=CONFIG, topics=lambda: self.topics)
+        self.coord.begin_loading(range(3), 3)
+        for p in range(3):
+            load_partition(self.log, self.coord, p, 1 << 20)
+            self.coord.complete_loading(p, self.now)
+
+    def pump(self) -> None:
+        for write in self.coord.take_writes():
+            self.log.append(write.partition, encode_batch(write.records, self.now))
+            for record in write.records:
+                self.coord.replay(record)
+            if write.on_done is not None:
+                write.on_done(ErrorCode.NONE)
+        self.check_exclusive()
+
+    def hb(self, member: str, epoch: int, *, topics: tuple[str, ...] | None = None, owned: TopicPartitions | None = None,
+           group: str = "g", **kwargs: object) -> ConsumerGroupHeartbeatResult:
+        if epoch == 0:
+            topics = topics if topics is not None else ("t",)
+            owned = owned if owned is not None else ()
+        req = ConsumerGroupHeartbeat(group, member, epoch, rebalance_timeout_ms=kwargs.pop("rebalance", 500),  # type: ignore[arg-type]
+                                     subscribed_topic_names=topics, owned=owned, **kwargs)  # type: ignore[arg-type]
+        result = self.coord.consumer_group_heartbeat(req, self.now)
+        self.pump()
+        return result
+
+    def advance(self, ms: int) -> None:
+        target = self.now + ms
+        while (deadline := self.coord.next_deadline()) is not None and deadline <= target:
+            self.now = max(self.now, deadline)
+            self.coord.tick(self.now)
+            self.pump()
+        self.now = target
+
+    def group(self, group_id: str = "g") -> ConsumerGroup:
+        return self.coord.state.consumer_groups[group_id]
+
+    def check_exclusive(self) -> None:
+        for group in self.coord.state.consumer_groups.values():
+            seen: dict[tuple[uuid.UUID, int], str] = {}
+            for m in group.members.values():
+                for t, ps in list(m.assigned.items()) + list(m.pending_revocation.items()):
+                    for p in ps:
+                        assert (t, p) not in seen, f"{(t, p)} owned by {seen[(t, p)]} and {m.member_id}"
+                        seen[(t, p)] = m.member_id
+
+    def restart(self) -> KipHarness:
+        return KipHarness(self.log, self.topics, self.now)
+
+
+def parts(result: ConsumerGroupHeartbeatResult | TopicPartitions | None) -> set[int]:
+    value = result.assignment if isinstance(result, ConsumerGroupHeartbeatResult) else result
+    assert value is not None
+    return {p for _, ps in value for p in ps}
+
+
+def owned(partitions: set[int], topic: uuid.UUID = T) -> TopicPartitions:
+    return ((topic, tuple(sorted(partitions))),) if partitions else ()
+
+
+def converge(h: KipHarness, members: Mapping[str, int], rounds: int = 6) -> dict[str, set[int]]:
+    """Heartbeat every member, reporting what it owns, until nothing changes; return assignments."""
+    epochs = dict(members)
+    have: dict[str, set[int]] = {m: set() for m in members}
+    for _ in range(rounds):
+        for m in sorted(epochs):
+            r = h.hb(m, epochs[m], owned=owned(have[m]))
+            assert r.error is ErrorCode.NONE, (m, r)
+            epochs[m] = r.member_epoch
+            if r.assignment is not None:
+                have[m] = parts(r)
+    return have
+
+
+def test_first_member_gets_every_partition_and_the_group_is_stable() -> None:
+    h = KipHarness()
+    r = h.hb("m1", 0)
+    assert (r.error, r.member_id, r.member_epoch, r.heartbeat_interval_ms) == (ErrorCode.NONE, "m1", 1, 100)
+    assert parts(r) == set(range(6))
+    assert h.group().state == "Stable"
+    assert (h.group().epoch, h.group().assignment_epoch) == (1, 1)
+
+
+def test_v0_join_without_member_id_gets_one_from_the_coordinator() -> None:
+    h = KipHarness()
+    r = h.hb("", 0)
+    assert r.error is ErrorCode.NONE and r.member_id == "gen1"
+
+
+def test_a_joining_member_waits_until_the_owner_revokes() -> None:
+    h = KipHarness()
+    h.hb("m1", 0)
+    r2 = h.hb("m2", 0)
+    # Group epoch 2; m2 is at epoch 2 but every partition is still m1's: it gets nothing yet.
+    assert r2.member_epoch == 2 and parts(r2) == set()
+    assert h.group().members["m2"].state == UNRELEASED_PARTITIONS
+    r1 = h.hb("m1", 1)
+    m1 = h.group().members["m1"]
+    assert m1.state == UNREVOKED_PARTITIONS and r1.member_epoch == 1
+    kept = parts(r1)
+    assert len(kept) == 3 and h.group().state == "Reconciling"
+    # m1 has not yet confirmed: m2 still gets nothing.
+    assert parts(h.hb("m2", 2, owned=())) == set() if h.hb("m2", 2).assignment is not None else True
+    r1 = h.hb("m1", 1, owned=owned(kept))
+    assert r1.member_epoch == 2 and h.group().members["m1"].state == STABLE
+    r2 = h.hb("m2", 2, owned=())
+    assert parts(r2) == set(range(6)) - kept
+    assert h.group().state == "Stable"
+
+
+def test_three_members_reach_a_disjoint_complete_balanced_assignment() -> None:
+    h = KipHarness()
+    for m in ("a", "b", "c"):
+        h.hb(m, 0)
+    epochs = {m: h.group().members[m].member_epoch for m in ("a", "b", "c")}
+    have = converge(h, epochs)
+    assert sorted(len(v) for v in have.values()) == [2, 2, 2]
+    assert set().union(*have.values()) == set(range(6))
+    assert h.group().state == "Stable"
+
+
+def test_a_leaving_members_partitions_move_to_the_others() -> None:
+    h = KipHarness()
+    h.hb("a", 0)
+    h.hb("b", 0)
+    have = converge(h, {"a": 1, "b": 2})
+    r = h.hb("b", -1)
+    assert (r.error, r.member_epoch) == (ErrorCode.NONE, -1)
+    assert "b" not in h.group().members
+    r = h.hb("a", h.group().members["a"].member_epoch, owned=owned(have["a"]))
+    assert parts(r) == set(range(6)) and r.member_epoch == 3
+
+
+def test_session_timeout_removes_a_silent_member() -> None:
+    h = KipHarness()
+    h.hb("a", 0)
+    h.hb("b", 0)
+    converge(h, {"a": 1, "b": 2})
+    for _ in range(3):
+        h.advance(400)
+        h.hb("a", h.group().members["a"].member_epoch)
+    assert "b" not in h.group().members
+    r = h.hb("a", h.group().members["a"].member_epoch, owned=())
+    assert parts(r) == set(range(6))
+
+
+def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_removed() -> None:
+    h = KipHarness()
+    h.hb("a", 0, rebalance=300)
+    h.hb("b", 0)
+    h.hb("a", 1, rebalance=300)  # told to revoke
+    assert h.group().members["a"].state == UNREVOKED_PARTITIONS
+    h.advance(200)
+    h.hb("b", 2)
+    h.advance(200)
+    assert "a" not in h.group().members
+    assert parts(h.hb("b", h.group().members["b"].member_epoch, owned=())) == set(range(6))
+
+
+def test_stale_epochs_are_fenced_but_a_lost_answer_is_forgiven() -> None:
+    h = KipHarness()
+    h.hb("a", 0)
+    assert h.hb("a", 7).error is ErrorCode.FENCED_MEMBER_EPOCH
+    h.hb("b", 0)
+    r = h.hb("a", 1)
+    converge(h, {"a": 1, "b": 2})
+    a = h.group().members["a"]
+    assert (a.member_epoch, a.previous_member_epoch) == (2, 1)
+    # The answer moving a to epoch 2 was lost: epoch 1 with owned partitions inside its assignment is fine.
+    assert h.hb("a", 1, owned=owned(parts(r))).error is ErrorCode.NONE
+    # Epoch 1 claiming a partition it no longer has is not.
+    assert h.hb("a", 1, owned=owned(set(range(6)))).error is ErrorCode.FENCED_MEMBER_EPOCH
+
+
+def test_unknown_members_and_groups_are_told_so() -> None:
+    h = KipHarness()
+    assert h.hb("ghost", 3).error is ErrorCode.UNKNOWN_MEMBER_ID
+    h.hb("a", 0)
+    assert h.hb("ghost", 1).error is ErrorCode.UNKNOWN_MEMBER_ID
+    assert h.hb("ghost", -1).error is ErrorCode.UNKNOWN_MEMBER_ID
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"subscribed_topic_regex": "t.*"}, ErrorCode.INVALID_REQUEST),
+        ({"server_assignor": "sticky"}, ErrorCode.UNSUPPORTED_ASSIGNOR),
+        ({"rebalance": 0}, ErrorCode.INVALID_REQUEST),
+        ({"owned": owned({1})}, ErrorCode.INVALID_REQUEST),
+        ({"instance_id": ""}, ErrorCode.INVALID_REQUEST),
+        ({"group": ""}, ErrorCode.INVALID_GROUP_ID),
+    ],
+)
+def test_bad_joins_are_refused_and_change_nothing(kwargs: dict[str, object], error: ErrorCode) -> None:
+    h = KipHarness()
+    r = h.hb("a", 0, **kwargs)
+    assert r.error is error and r.error_message
+    assert h.coord.state.consumer_groups == {} and h.log.ends == {0: 0, 1: 0, 2: 0}
+
+
+def test_group_max_size_is_enforced() -> None:
+    h = KipHarness()
+    for m in ("a", "b", "c"):
+        assert h.hb(m, 0).error is ErrorCode.NONE
+    assert h.hb("d", 0).error is ErrorCode.GROUP_MAX_SIZE_REACHED
+
+
+def test_range_assignor_when_asked() -> None:
+    h = KipHarness()
+    h.hb("a", 0, server_assignor="range")
+    h.hb("b", 0, server_assignor="range")
+    converge(h, {"a": 1, "b": 2})
+    target = h.group().target
+    assert target["a"] == {T: frozenset({0, 1, 2})} and target["b"] == {T: frozenset({3, 4, 5})}
+
+
+def test_more_partitions_bump_the_group_epoch_and_are_assigned() -> None:
+    h = KipHarness()
+    h.hb("a", 0)
+    h.topics["t"] = (T, 8)
+    r = h.hb("a", 1, owned=owned(set(range(6))))
+    assert r.member_epoch == 2 and parts(r) == set(range(8))
+
+
+def test_subscription_change_moves_assignment_to_the_new_topic() -> None:
+    h = KipHarness(topics={"t": (T, 2), "u": (U, 2)})
+    h.hb("a", 0)
+    r = h.hb("a", 1, topics=("u",))
+    assert r.member_epoch == 1 and h.group().members["a"].state == UNREVOKED_PARTITIONS
+    r = h.hb("a", 1, owned=())
+    assert r.assignment == ((U, (0, 1)),) and r.member_epoch == 2
+
+
+def test_restart_rebuilds_the_same_groups_from_the_log() -> None:
+    h = KipHarness()
+    for m in ("a", "b", "c"):
+        h.hb(m, 0, instance_id=None if m != "c" else "inst-c")
+    converge(h, {m: h.group().members[m].member_epoch for m in ("a", "b", "c")})
+    h.hb("b", -1)
+    before = h.group()
+    after = h.restart().group()
+    assert (after.epoch, after.assignment_epoch, after.metadata_hash) == (before.epoch, before.assignment_epoch, before.metadata_hash)
+    assert after.target == before.target
+    assert {m: vars(x) for m, x in after.members.items()} == {m: vars(x) for m, x in before.members.items()}
+
+
+def test_members_rebuilt_at_restart_get_a_fresh_session() -> None:
+    h = KipHarness()
+    h.hb("a", 0)
+    h2 = h.restart()
+    h2.advance(900)
+    assert h2.hb("a", 1).error is ErrorCode.NONE
+    h2.advance(1_100)
+    assert "a" not in h2.group().members
+
+
+def test_a_classic_group_with_members_keeps_its_id() -> None:
+    from tests.unit.coordinator.coordinator_harness import Harness
+
+    h = Harness()
+    h.stable_group("g", 1)
+    result = h.coord.consumer_group_heartbeat(
+        ConsumerGroupHeartbeat("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=("t",), owned=()), h.now)
+    assert result.error is ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_an_offsets_only_group_becomes_a_consumer_group_and_keeps_its_offsets() -> None:
+    h = KipHarness()
+    commit = OffsetCommit("g", -1, "", None, (("t", (CommitPartition(0, 42),)),))
+    h.coord.commit_offsets(commit, h.now)
+    h.pump()
+    assert "g" in h.coord.state.groups
+    assert h.hb("a", 0).error is ErrorCode.NONE
+    assert "g" not in h.coord.state.groups
+    h2 = h.restart()
+    assert "g" not in h2.coord.state.groups and "a" in h2.group().members
+    assert h2.coord.fetch_offsets("g", [("t", [0])], h2.now).topics[0][1][0].offset == 42
+
+
+def test_commits_check_member_and_member_epoch() -> None:
+    h = KipHarness()
+    h.hb("a", 0)
+
+    def commit(member: str, epoch: int) -> ErrorCode:
+        req = OffsetCommit("g", epoch, member, None, (("t", (CommitPartition(0, 7),)),))
+        reply = h.coord.commit_offsets(req, h.now)
+        h.pump()
+        return reply.value.topics[0][1][0][1]
+
+    assert commit("a", 0) is ErrorCode.STALE_MEMBER_EPOCH
+    assert commit("ghost", 1) is ErrorCode.UNKNOWN_MEMBER_ID
+    assert commit("", -1) is ErrorCode.UNKNOWN_MEMBER_ID  # an admin commit while the group has members
+    assert commit("a", 1) is ErrorCode.NONE
+    assert h.coord.fetch_offsets("g", [("t", [0])], h.now).topics[0][1][0].offset == 7
+    assert "g" not in h.coord.state.groups  # no classic group appeared beside it
+
+
+def test_a_static_member_rejoining_takes_its_place_without_a_rebalance() -> None:
+    h = KipHarness()
+    h.hb("a1", 0, instance_id="i")
+    h.hb("b", 0)
+    have = converge(h, {"a1": 1, "b": 2})
+    epoch = h.group().epoch
+    assert h.hb("a2", 0, instance_id="i").error is ErrorCode.UNRELEASED_INSTANCE_ID
+    assert h.hb("a1", h.group().members["a1"].member_epoch, instance_id="i").error is ErrorCode.NONE
+    assert h.hb("a1", -2, instance_id="i").member_epoch == -2
+    r = h.hb("a2", 0, instance_id="i")
+    assert r.error is ErrorCode.NONE and parts(r) == have["a1"]
+    assert h.group().epoch == epoch and "a1" not in h.group().members
+
+
+def test_deleting_an_empty_consumer_group_tombstones_it() -> None:
+    h = KipHarness()
+    h.hb("a", 0)
+    assert h.coord.delete_groups(["g"], h.now).value == [("g", ErrorCode.NON_EMPTY_GROUP)]
+    h.hb("a", -1)
+    reply = h.coord.delete_groups(["g"], h.now)
+    h.pump()
+    assert reply.value == [("g", ErrorCode.NONE)]
+    assert "g" not in h.coord.state.consumer_groups
+    assert "g" not in h.restart().coord.state.consumer_groups
+
+
+def test_list_groups_shows_consumer_groups_with_their_type() -> None:
+    h = KipHarness()
+    h.hb("a", 0)
+    error, listed = h.coord.list_groups([], ["consumer"], h.now)
+    assert error is ErrorCode.NONE
+    assert [(g.group_id, g.group_type, g.state, g.protocol_type) for g in listed] == [("g", "consumer", "Stable", "consumer")]
+    assert h.coord.list_groups([], ["classic"], h.now)[1] == []
+    assert h.coord.list_groups(["empty"], [], h.now)[1] == []
