@@ -342,8 +342,9 @@ def _remove(args: argparse.Namespace) -> int:
         return 0
     if not args.force:
         out.note("These ACLs will be removed:")
-        with _to_stderr(out):
-            _print_bindings(out, matching)
+        for d in matching:
+            out.note(f"  {d['permission_type']} {d['principal']} {d['operation']} on {d['resource_type']} "
+                     f"{d['resource_name']} ({d['pattern_type']}, host {d['host']})")
         if not _confirm("Are you sure you want to remove them? (y/n) "):
             out.note("Nothing removed.")
             return 1
@@ -362,20 +363,6 @@ def _remove(args: argparse.Namespace) -> int:
     else:
         out.line(f"Removed {len(docs)} ACL{'s' if len(docs) != 1 else ''}.")
     return 1 if errors else 0
-
-
-class _to_stderr:
-    """Print tables to stderr for a moment (the confirmation listing is not the result)."""
-
-    def __init__(self, out: Output) -> None:
-        self.out = out
-        self.saved = out.out
-
-    def __enter__(self) -> None:
-        self.out.out = self.out.err
-
-    def __exit__(self, *exc: object) -> None:
-        self.out.out = self.saved
 
 
 def _confirm(question: str) -> bool:
