@@ -25,11 +25,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tidelog.common.config import BrokerConfig
 from tidelog.common.errors import ErrorCode, KafkaError
+from tidelog.coordinator.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerGroupHeartbeat,
+    ConsumerGroupHeartbeatResult,
+)
 from tidelog.coordinator.coordinator import GroupCoordinator
 from tidelog.coordinator.messages import (
     DescribedGroup,
@@ -69,6 +76,19 @@ def coordinator_config(config: BrokerConfig) -> CoordinatorConfig:
         offset_metadata_max_bytes=config.get_int("offset.metadata.max.bytes"),
         offsets_retention_ms=config.get_int("offsets.retention.minutes") * 60_000,
         offsets_retention_check_interval_ms=config.get_int("offsets.retention.check.interval.ms"),
+    )
+
+
+def consumer_group_config(config: BrokerConfig) -> ConsumerGroupConfig:
+    """The ``group.consumer.*`` settings (the min/max bounds only limit per-group overrides, not served)."""
+    names = config.get("group.consumer.assignors")
+    return ConsumerGroupConfig(
+        session_timeout_ms=config.get_int("group.consumer.session.timeout.ms"),
+        min_session_timeout_ms=config.get_int("group.consumer.min.session.timeout.ms"),
+        max_session_timeout_ms=config.get_int("group.consumer.max.session.timeout.ms"),
+        heartbeat_interval_ms=config.get_int("group.consumer.heartbeat.interval.ms"),
+        max_size=config.get_int("group.consumer.max.size"),
+        assignors=tuple(str(n).strip() for n in names) if isinstance(names, list) and names else ("uniform", "range"),
     )
 
 
@@ -115,7 +135,8 @@ class GroupRuntime:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
         config = ctx.config
-        self.core = GroupCoordinator(coordinator_config(config), partition_exists=self._partition_exists)
+        self.core = GroupCoordinator(coordinator_config(config), partition_exists=self._partition_exists,
+                                     consumer_config=consumer_group_config(config), topics=self._topics)
         self.port = PartitionLogPort(ctx)
         self.compression = _COMPRESSION[config.get_int("offsets.topic.compression.codec")]
         self.commit_timeout_s = config.get_int("offsets.commit.timeout.ms") / 1000
@@ -189,6 +210,9 @@ class GroupRuntime:
         partitions = list(range(count))
         self.core.begin_loading(partitions, count)
         self._tasks.append(asyncio.create_task(self._load(partitions), name="group-coordinator-load"))
+
+    def _topics(self) -> dict[str, tuple[uuid.UUID, int]]:
+        return {name: (t.topic_id, len(t.partitions)) for name, t in self.ctx.image.topics.items()}
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         known = self.ctx.image.topics.get(topic)
@@ -357,6 +381,20 @@ class GroupRuntime:
         result, _ = await self._call(lambda: self.core.leave_group(group_id, members, self._now()))
         assert isinstance(result, LeaveGroupResult)
         return result
+
+    async def consumer_group_heartbeat(self, req: ConsumerGroupHeartbeat) -> ConsumerGroupHeartbeatResult:
+        if not self._running:
+            return ConsumerGroupHeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        result, error = await self._call(lambda: self.core.consumer_group_heartbeat(req, self._now()))
+        assert isinstance(result, ConsumerGroupHeartbeatResult)
+        if error is not ErrorCode.NONE and result.error is ErrorCode.NONE:
+            return ConsumerGroupHeartbeatResult(error, "The group's records could not be written.")
+        return result
+
+    def consumer_group_describe(self, group_ids: list[str]) -> list[tuple[str, ErrorCode, ConsumerGroup | None]]:
+        if not self._running:
+            return [(g, ErrorCode.COORDINATOR_NOT_AVAILABLE, None) for g in group_ids]
+        return self.core.consumer_group_describe(group_ids, self._now())
 
     async def commit_offsets(self, req: OffsetCommit) -> PartitionErrors:
         if not self._running:
