@@ -19,6 +19,7 @@ from tidelog.broker.group_runtime import GroupRuntime
 from tidelog.broker.producer_ids import ProducerIdAllocator
 from tidelog.broker.server import Server
 from tidelog.broker.topic_admin import TopicAdmin
+from tidelog.broker.txn_runtime import TxnRuntime
 from tidelog.common.config import BrokerConfig, resolve_topic_config
 from tidelog.common.errors import ConfigError
 from tidelog.metadata.local_store import LocalMetadataStore
@@ -131,6 +132,8 @@ class BrokerNode:
         ctx = await asyncio.get_running_loop().run_in_executor(None, self.open_storage)
         ctx.groups = GroupRuntime(ctx)
         await ctx.groups.start()  # loads __consumer_offsets in the background
+        ctx.transactions = TxnRuntime(ctx)
+        await ctx.transactions.start()  # loads __transaction_state in the background
         self.security = self._build_security(ctx)
         ctx.authorizer = self.security.gate
         await self.security.start()
@@ -165,6 +168,8 @@ class BrokerNode:
         ]
 
     async def stop(self) -> None:
+        if self.ctx is not None and self.ctx.transactions is not None:
+            await self.ctx.transactions.stop()
         if self.ctx is not None and self.ctx.groups is not None:
             await self.ctx.groups.stop()  # parked JoinGroup/SyncGroup answered before the server drains
         if self.server is not None:
