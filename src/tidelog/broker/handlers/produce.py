@@ -26,10 +26,12 @@ from tidelog.broker.authz import (
     authorize_any_of,
 )
 from tidelog.broker.context import BrokerContext, ConnectionInfo
+from tidelog.broker.handlers import transactions
 from tidelog.broker.handlers.common import partition_log
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.protocol.headers import RequestHeader
+from tidelog.protocol.records import HEADER_SIZE, BatchHeader
 from tidelog.storage.log import PartitionLog
 
 log = logging.getLogger(__name__)
@@ -112,6 +114,20 @@ def _append_one(
     return result
 
 
+def _unverified_txn(ctx: BrokerContext, transactional_id: str, topic: str, pdata: Any) -> ErrorCode | None:
+    """A transactional batch must come from the id's current producer epoch, to a partition added to
+    its ongoing transaction (Kafka 4's verification): the error otherwise, None when it may go on."""
+    records = pdata.records
+    runtime = ctx.transactions
+    if runtime is None or records is None or len(records) < HEADER_SIZE:
+        return None
+    batch = BatchHeader.parse(records)
+    if not batch.is_transactional:
+        return None
+    error = runtime.verify_produce(transactional_id, batch.producer_id, batch.producer_epoch, topic, pdata.index)
+    return None if error is ErrorCode.NONE else error
+
+
 def _topic_name(ctx: BrokerContext, topic_data: Any) -> str | None:
     """The topic's name: given up to v12, looked up by topic id from v13 (None when unknown)."""
     name: str | None = getattr(topic_data, "name", None)
@@ -139,7 +155,10 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
             denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         partitions = []
         for pdata in topic_data.partition_data:
-            r = _append_one(ctx, conn, name or "", pdata, acks, denied, to_flush)
+            refused = denied
+            if transactional_id is not None and refused is None:
+                refused = _unverified_txn(ctx, transactional_id, name or "", pdata)
+            r = _append_one(ctx, conn, name or "", pdata, acks, refused, to_flush)
             record_errors: tuple[Any, ...] = ()
             if r.record_error and r.message:
                 # KIP-467: say which batch failed, so the client can tell the records apart.
@@ -176,15 +195,7 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
 async def init_producer_id(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
     b = builder(INIT_PRODUCER_ID, header.api_version)
     if request.transactional_id is not None:
-        # Transactions are a separate piece of work (see docs/status.md); answer like a broker whose
-        # transaction coordinator cannot serve this id rather than pretend.
-        return b.make(
-            "InitProducerIdResponse",
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
+        return await transactions.init_producer_id(ctx, conn, header, request)  # the transaction coordinator
     # Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on at least one topic.
     if not authorize_any_of(ctx, conn, Action(Op.IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME), Action(Op.WRITE, TOPIC, None)):
         return b.make(
