@@ -14,8 +14,10 @@ response for that version. Version differences handled here:
 - OffsetFetch: v1 has no top-level error (it goes on every partition); v2+ may ask for all topics;
   v8+ asks for several groups.
 - DescribeGroups: v6 answers GROUP_ID_NOT_FOUND for unknown groups (older versions: state Dead).
-- FindCoordinator: v4+ batches keys. Transaction coordinators (key type 1) are not served yet:
-  COORDINATOR_NOT_AVAILABLE, which clients retry, rather than a fake coordinator.
+- FindCoordinator: v4+ batches keys. Key type 1 finds the transaction coordinator
+  (``broker/txn_runtime.py``; creates ``__transaction_state`` on first use).
+- OffsetFetch v7+ with ``require_stable``: a partition whose offset an open transaction holds
+  (TxnOffsetCommit) answers UNSTABLE_OFFSET_COMMIT, which clients retry.
 
 ACLs (broker/authz.py), as Kafka checks them: FindCoordinator DESCRIBE on the group (or the
 transactional id); JoinGroup, SyncGroup, Heartbeat, LeaveGroup and OffsetCommit READ on the group;
@@ -95,7 +97,9 @@ async def find_coordinator(ctx: BrokerContext, conn: ConnectionInfo, header: Req
         if key_type == TRANSACTION_KEY and not authorize(ctx, conn, Op.DESCRIBE, TRANSACTIONAL_ID, key):
             return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
         if key_type == TRANSACTION_KEY:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, "The transaction coordinator is not available yet."
+            txns = ctx.transactions
+            error = ErrorCode.COORDINATOR_NOT_AVAILABLE if txns is None else txns.status()
+            return error, None if error is ErrorCode.NONE else "The coordinator is not available."
         if key_type != GROUP_KEY:
             return ErrorCode.INVALID_REQUEST, f"Unsupported key type {key_type}."
         runtime = _runtime(ctx)
@@ -278,6 +282,7 @@ async def offset_fetch(ctx: BrokerContext, conn: ConnectionInfo, header: Request
     b = builder(OFFSET_FETCH, header.api_version)
     version = header.api_version
     runtime = _runtime(ctx)
+    require_stable = bool(getattr(request, "require_stable", False))
 
     def fetch(group_id: str, topics: Any) -> Any:
         wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
@@ -285,7 +290,8 @@ async def offset_fetch(ctx: BrokerContext, conn: ConnectionInfo, header: Request
             return OffsetFetchResult(ErrorCode.GROUP_AUTHORIZATION_FAILED), wanted
         if runtime is None:
             return OffsetFetchResult(ErrorCode.COORDINATOR_NOT_AVAILABLE), wanted
-        return _describable(ctx, conn, runtime.fetch_offsets(group_id, wanted), all_topics=wanted is None), wanted
+        result = _describable(ctx, conn, runtime.fetch_offsets(group_id, wanted), all_topics=wanted is None)
+        return (_stable(runtime, group_id, result) if require_stable else result), wanted
 
     if version >= 8:
         groups = []
@@ -302,6 +308,16 @@ async def offset_fetch(ctx: BrokerContext, conn: ConnectionInfo, header: Request
         topics = tuple((t, tuple(FetchedOffset(p, error=result.error) for p in ps)) for t, ps in wanted or [])
     return b.make("OffsetFetchResponse", throttle_time=NO_THROTTLE, error_code=result.error,
                   topics=_fetched_topics(b, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition", topics))
+
+
+def _stable(runtime: GroupRuntime, group_id: str, result: OffsetFetchResult) -> OffsetFetchResult:
+    """Partitions whose offset an open transaction holds answer UNSTABLE_OFFSET_COMMIT (require_stable)."""
+    pending = runtime.core.offset_manager.has_pending
+    return dataclasses.replace(result, topics=tuple(
+        (topic, tuple(FetchedOffset(p.partition, error=ErrorCode.UNSTABLE_OFFSET_COMMIT)
+                      if p.error is ErrorCode.NONE and pending(group_id, topic, p.partition) else p for p in parts))
+        for topic, parts in result.topics
+    ))
 
 
 def _describable(ctx: BrokerContext, conn: ConnectionInfo, result: OffsetFetchResult, all_topics: bool) -> OffsetFetchResult:
