@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import tidelog.broker.handlers.consumer_groups as consumer_group_handlers
 import tidelog.broker.handlers.security as security_handlers
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.handlers import cluster, configs, fetch, groups, log_dirs, offsets, produce, topics
@@ -54,6 +55,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.LIST_GROUPS: groups.list_groups,
     ApiKey.DELETE_GROUPS: groups.delete_groups,
     ApiKey.OFFSET_DELETE: groups.offset_delete,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_group_handlers.consumer_group_heartbeat,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_group_handlers.consumer_group_describe,
 }
 
 
