@@ -13,7 +13,17 @@ from typing import Any
 import tidelog.broker.handlers.consumer_groups as consumer_group_handlers
 import tidelog.broker.handlers.security as security_handlers
 from tidelog.broker.context import BrokerContext, ConnectionInfo
-from tidelog.broker.handlers import cluster, configs, fetch, groups, log_dirs, offsets, produce, topics
+from tidelog.broker.handlers import (
+    cluster,
+    configs,
+    fetch,
+    groups,
+    log_dirs,
+    offsets,
+    produce,
+    topics,
+    transactions,
+)
 from tidelog.protocol import apis
 from tidelog.protocol.apis import ApiKey
 from tidelog.protocol.headers import RequestHeader
@@ -57,6 +67,10 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.OFFSET_DELETE: groups.offset_delete,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_group_handlers.consumer_group_heartbeat,
     ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_group_handlers.consumer_group_describe,
+    ApiKey.ADD_PARTITIONS_TO_TXN: transactions.add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: transactions.add_offsets_to_txn,
+    ApiKey.END_TXN: transactions.end_txn,
+    ApiKey.TXN_OFFSET_COMMIT: transactions.txn_offset_commit,
 }
 
 
