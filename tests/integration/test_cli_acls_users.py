@@ -268,5 +268,14 @@ def test_the_audit_report_names_who_would_be_refused_and_its_suggestions_fix_it(
     wait_until(lambda: not alice_rows(), message="alice no longer denied in the report")
     assert produce_errors(cluster, topic, cluster.plain("alice"), listener="ADMIN") == []  # enforced listener too
 
+    locked = cli("acls", "enforce", "--listener", "APPS", "--json")
+    assert locked.code == 0 and locked.json() == [
+        {"broker": 1, "setting": "listener.name.apps.authorizer.mode", "value": "enforce", "error": None}]
+    assert produce_errors(cluster, topic, cluster.plain("alice"), listener="APPS") == []  # her client keeps working
+    other = new_topic(cluster)
+    assert produce_errors(cluster, other, cluster.plain("alice"), listener="APPS") == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    assert cli("acls", "audit", "--listener", "APPS").out == "Broker 1: listener.name.apps.authorizer.mode=audit\n"
+    assert produce_errors(cluster, other, cluster.plain("alice"), listener="APPS") == []
+
     missing = cli("acls", "audit-report", "--log-dir", str(cluster.workdir / "nowhere"))
     assert missing.code == 1 and "no audit report" in missing.err

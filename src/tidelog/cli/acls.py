@@ -27,6 +27,9 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
     ResourcePatternType,
     ResourceType,
 )
@@ -60,6 +63,7 @@ examples:
   tidelog acls audit-report --log-dir /var/lib/tidelog           # who enforcement would refuse
   tidelog acls audit-report --log-dir /var/lib/tidelog --suggest # the `tidelog acls add` lines that fix it
   tidelog acls audit-report --log-dir /var/lib/tidelog --apply   # create those ACLs (asks first)
+  tidelog acls enforce --listener APPS                 # then lock the listener (tidelog brokers; no restart)
 
 The cluster resource's name is always kafka-cluster. Principals are TYPE:NAME (User:alice).
 """
@@ -122,6 +126,14 @@ def add_parser(sub: Any) -> None:
     audit.add_argument("--apply", action="store_true", help="create the suggested ACLs on the cluster (asks first)")
     audit.add_argument("--force", action="store_true", help="with --apply: do not ask")
     add_json_option(audit, "the report")
+
+    for mode, func, text in (("enforce", _enforce, "refuse what the ACLs do not allow"),
+                             ("audit", _audit_mode, "allow everything, record what enforcement would refuse")):
+        switch = command(mode, f"switch listeners to {mode} mode (tidelog brokers)", func,
+                         f"Switch the authorizer of one listener (or all) on every broker to {mode} mode: {text}. "
+                         "A dynamic broker setting (listener.name.<listener>.authorizer.mode), no restart.")
+        switch.add_argument("--listener", metavar="NAME", help="the listener's name, e.g. APPS (default: every listener)")
+        add_json_option(switch, "the outcome per broker")
 
 
 def _resource_options(parser: argparse.ArgumentParser, *, pattern_default: str | None, pattern_choices: tuple[str, ...]) -> None:
@@ -480,3 +492,36 @@ def _apply(args: argparse.Namespace, out: Output, suggestions: list[dict[str, An
 
 def admin_target(args: argparse.Namespace) -> str:
     return str(client_config(args)["bootstrap.servers"])
+
+
+# -- audit / enforce switch ----------------------------------------------------------------------
+
+
+def _enforce(args: argparse.Namespace) -> int:
+    return _switch(args, "enforce")
+
+
+def _audit_mode(args: argparse.Namespace) -> int:
+    return _switch(args, "audit")
+
+
+def _switch(args: argparse.Namespace, mode: str) -> int:
+    key = f"listener.name.{args.listener.lower()}.authorizer.mode" if args.listener else "authorizer.mode"
+    admin = admin_client(args)  # must outlive its futures
+    nodes = sorted(node.id for node in result(admin.describe_cluster(request_timeout=args.timeout), args).nodes)
+    entry = ConfigEntry(key, mode, incremental_operation=AlterConfigOpType.SET)
+    resources = [ConfigResource(ResourceType.BROKER, str(node), incremental_configs=[entry]) for node in nodes]
+    out = Output(args.json)
+    outcomes = []
+    for resource, future in admin.incremental_alter_configs(resources, request_timeout=args.timeout).items():
+        try:
+            result(future, args)
+            outcomes.append({"broker": int(resource.name), "setting": key, "value": mode, "error": None})
+            if not args.json:
+                out.line(f"Broker {resource.name}: {key}={mode}")
+        except CliError as exc:
+            outcomes.append({"broker": int(resource.name), "setting": key, "value": mode, "error": str(exc)})
+            out.note(f"Error on broker {resource.name}: {exc}")
+    if args.json:
+        out.json(outcomes)
+    return 1 if any(o["error"] for o in outcomes) else 0
