@@ -45,8 +45,8 @@ its place until its session times out; a member joining with the same instance i
 (same assignment and epoch, no rebalance). An instance id still held by a member that did not leave
 is refused with UNRELEASED_INSTANCE_ID.
 
-Topic regexes (``SubscribedTopicRegex``) are not implemented: a heartbeat carrying one is refused with
-INVALID_REQUEST.
+Topic regexes (``SubscribedTopicRegex``) are not implemented: a heartbeat carrying a non-empty one is
+refused with INVALID_REQUEST (an empty one, which librdkafka sends, means no regex).
 """
 
 from __future__ import annotations
@@ -326,7 +326,7 @@ class ConsumerGroupManager:
             return ErrorCode.INVALID_GROUP_ID, "GroupId can't be empty."
         if req.instance_id == "":
             return ErrorCode.INVALID_REQUEST, "InstanceId can't be empty."
-        if req.subscribed_topic_regex is not None:
+        if req.subscribed_topic_regex:  # an empty regex means none (librdkafka sends one)
             return ErrorCode.INVALID_REQUEST, "SubscribedTopicRegex is not supported by this broker."
         if req.member_epoch == JOIN_EPOCH:
             if req.rebalance_timeout_ms <= 0:

@@ -375,3 +375,8 @@ def test_list_groups_shows_consumer_groups_with_their_type() -> None:
     assert [(g.group_id, g.group_type, g.state, g.protocol_type) for g in listed] == [("g", "consumer", "Stable", "consumer")]
     assert h.coord.list_groups([], ["classic"], h.now)[1] == []
     assert h.coord.list_groups(["empty"], [], h.now)[1] == []
+
+
+def test_an_empty_regex_means_no_regex() -> None:
+    h = KipHarness()
+    assert h.hb("a", 0, subscribed_topic_regex="").error is ErrorCode.NONE
