@@ -525,6 +525,11 @@ def _gather(admin: AdminClient, args: argparse.Namespace, tps: list[TP], committ
     return {tp: PartitionOffsets(committed.get(tp), earliest[tp] or 0, latest[tp] or 0, at_time.get(tp)) for tp in tps}
 
 
+def _members(description: Any) -> str:
+    count = len(description.members)
+    return f"{count} member{'' if count == 1 else 's'}"
+
+
 def _reset(args: argparse.Namespace) -> int:
     target = _target(args)
     admin = admin_client(args)
@@ -535,7 +540,7 @@ def _reset(args: argparse.Namespace) -> int:
     active = state not in ("Empty", "Dead", "Unknown") or bool(description.members)
     if args.execute and active:
         raise CliError(f"Assignments can only be reset if the group '{args.group}' is inactive, but the current state "
-                       f"is {state} ({len(description.members)} members). Stop its consumers and try again.")
+                       f"is {state} ({_members(description)}). Stop its consumers and try again.")
     committed = _committed(admin, args, args.group)
     tps = _chosen_partitions(admin, args, committed)
     if not tps:
@@ -565,7 +570,7 @@ def _reset(args: argparse.Namespace) -> int:
     else:
         note = "Dry run: nothing changed; add --execute to commit these offsets."
         if active:
-            note += f" (--execute is refused while the group is {state} with {len(description.members)} members.)"
+            note += f" (--execute is refused while the group is {state} with {_members(description)}.)"
         out.note(note)
     return 0
 
