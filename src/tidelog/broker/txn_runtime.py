@@ -29,6 +29,11 @@ import logging
 from typing import TYPE_CHECKING
 
 from tidelog.common.errors import ErrorCode, KafkaError
+from tidelog.coordinator.messages import OffsetCommit, PartitionErrors
+from tidelog.coordinator.records import InvalidRecord, OffsetCommitKey, OffsetCommitRecord
+from tidelog.coordinator.records import decode as decode_offset_record
+from tidelog.coordinator.records import encode_key as encode_offset_key
+from tidelog.coordinator.records import encode_value as encode_offset_value
 from tidelog.coordinator.txn_coordinator import (
     OFFSETS_TOPIC,
     Decision,
@@ -40,6 +45,7 @@ from tidelog.coordinator.txn_records import (
     InvalidTxnRecord,
     TxnRecord,
     TxnState,
+    TxnValue,
     decode,
     encode_key,
     encode_value,
@@ -78,6 +84,25 @@ def decode_txn_batches(data: bytes) -> list[TxnRecord]:
                 out.append(decode(bytes(record.key), None if record.value is None else bytes(record.value)))
             except InvalidTxnRecord as exc:
                 log.warning("%s record at offset %d does not decode (%s): skipped", TXN_TOPIC, record.offset, exc)
+    return out
+
+
+def _transactional_offsets(data: bytes, producer_id: int) -> list[OffsetCommitRecord]:
+    """The offset commits in the transactional (non-control) batches of ``producer_id`` in ``data``."""
+    out: list[OffsetCommitRecord] = []
+    for header, pos in iter_batches(data, validate=True):
+        if header.is_control or not header.is_transactional or header.producer_id != producer_id:
+            continue
+        for record in decode_records(memoryview(data)[pos : pos + header.batch_length + LOG_OVERHEAD]):
+            if record.key is None:
+                continue
+            try:
+                decoded = decode_offset_record(bytes(record.key), None if record.value is None else bytes(record.value))
+            except InvalidRecord as exc:
+                log.warning("transactional offset record at %d does not decode: %s", record.offset, exc)
+                continue
+            if isinstance(decoded, OffsetCommitRecord):
+                out.append(decoded)
     return out
 
 
@@ -164,6 +189,9 @@ class TxnRuntime:
         self.core.num_partitions = count
         self.loaded = True
         log.info("loaded %s: %d records, %d transactional ids", TXN_TOPIC, total, len(self.core.txns))
+        groups = self.ctx.groups
+        while groups is not None and groups.running and groups.core.is_loading():
+            await asyncio.sleep(0.05)  # offsets of a preparing commit go to loaded groups only
         async with self.lock:
             for transactional_id in self.core.preparing():
                 await self._complete(transactional_id)
@@ -241,15 +269,33 @@ class TxnRuntime:
         return ErrorCode.NONE
 
     async def _complete(self, transactional_id: str) -> ErrorCode:
-        """Write the markers of a preparing transaction, then its Complete record."""
+        """Write the markers of a preparing transaction, then its Complete record.
+
+        Order, so that a crash at any point leaves a state the restart can finish: the markers of
+        the data partitions; then, on COMMIT, the offsets sent with TxnOffsetCommit as plain commits;
+        then the marker of ``__consumer_offsets`` (after it the producer's transactional offset batch
+        is no longer open there, so it must come after the plain commits); then the Complete record.
+        """
         value = self.core.txns.get(transactional_id)
         if value is None or value.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             return ErrorCode.NONE
         commit = value.state is TxnState.PREPARE_COMMIT
+        data = sorted(tp for tp in value.partitions if tp[0] != OFFSETS_TOPIC)
+        offsets = sorted(tp for tp in value.partitions if tp[0] == OFFSETS_TOPIC)
+        error = await self._flush(self._write_markers(transactional_id, value, data, commit))
+        if error is ErrorCode.NONE and offsets:
+            await self._complete_offsets(value, offsets, commit)
+            error = await self._flush(self._write_markers(transactional_id, value, offsets, commit))
+        if error is not ErrorCode.NONE:
+            return error
+        return await self._write(self.core.complete(transactional_id, self.ctx.now_ms()))
+
+    def _write_markers(self, transactional_id: str, value: TxnValue, partitions: list[tuple[str, int]],
+                       commit: bool) -> list[PartitionLog]:
         kind = ControlType.COMMIT if commit else ControlType.ABORT
         now = self.ctx.now_ms()
         written: list[PartitionLog] = []
-        for topic, partition in sorted(value.partitions):
+        for topic, partition in partitions:
             plog = self.ctx.logs.get_log(topic, partition)
             if plog is None:
                 log.warning("transaction %s: %s-%d is gone; no marker written there", transactional_id, topic, partition)
@@ -264,19 +310,73 @@ class TxnRuntime:
                 continue
             written.append(plog)
             self.ctx.purgatory.notify((topic, partition))
-        error = await self._flush(written)
-        if error is not ErrorCode.NONE:
-            return error
-        if any(topic == OFFSETS_TOPIC for topic, _ in value.partitions):
-            await self._complete_offsets(value.producer_id, commit)
-        return await self._write(self.core.complete(transactional_id, self.ctx.now_ms()))
+        return written
 
-    async def _complete_offsets(self, producer_id: int, commit: bool) -> None:
+    async def _complete_offsets(self, value: TxnValue, partitions: list[tuple[str, int]], commit: bool) -> None:
         groups = self.ctx.groups
         if groups is None or not groups.running:
             return
-        groups.core.offset_manager.complete_txn(producer_id, commit, self.ctx.now_ms())
-        await groups._drain()  # the offset records queued above
+        manager = groups.core.offset_manager
+        if commit and value.producer_id not in manager.pending_txn:
+            self._recover_offsets(value.producer_id, [p for _, p in partitions])
+        manager.complete_txn(value.producer_id, commit, self.ctx.now_ms())
+        await groups._drain()  # the offset records queued above, fsynced
+
+    def _recover_offsets(self, producer_id: int, partitions: list[int]) -> None:
+        """After a restart: the offsets a preparing transaction sent, read back from its open
+        transactional batches in ``__consumer_offsets``."""
+        groups = self.ctx.groups
+        assert groups is not None
+        held = groups.core.offset_manager.pending_txn.setdefault(producer_id, {})
+        for partition in partitions:
+            plog = self.ctx.logs.get_log(OFFSETS_TOPIC, partition)
+            entry = None if plog is None else plog.producers.producers.get(producer_id)
+            if plog is None or entry is None or entry.txn_first_offset < 0:
+                continue
+            offset = entry.txn_first_offset
+            while offset < plog.log_end_offset:
+                data = plog.read(offset, LOAD_CHUNK)
+                if not data.ranges or data.end_offset <= offset:
+                    break
+                for record in _transactional_offsets(data.read_bytes(), producer_id):
+                    if record.value is not None:
+                        held[record.key] = record.value
+                offset = data.end_offset
+        log.info("recovered %d transactional offsets of producer %d", len(held), producer_id)
+
+    async def txn_offset_commit(self, producer_id: int, producer_epoch: int, req: OffsetCommit) -> PartitionErrors:
+        """Hold the offsets until the transaction ends and write them, as Kafka does, as a
+        transactional batch of the producer to the group's ``__consumer_offsets`` partition (skipped
+        by the group loader; read back only to finish a commit interrupted by a crash)."""
+        groups = self.ctx.groups
+        assert groups is not None
+        async with self.lock:
+            now = self.ctx.now_ms()
+            result = groups.core.offset_manager.txn_commit_offsets(producer_id, req, now)
+            held = groups.core.offset_manager.pending_txn.get(producer_id, {})
+            records = [
+                OffsetCommitRecord(key, held[key])
+                for topic, parts in result.topics for p, e in parts
+                if e is ErrorCode.NONE and (key := OffsetCommitKey(req.group_id, topic, p)) in held
+            ]
+            if not records:
+                return result
+            batch = build_batch(
+                [Record(i, now, encode_offset_key(r), encode_offset_value(r)) for i, r in enumerate(records)],
+                producer_id=producer_id, producer_epoch=producer_epoch, transactional=True,
+            )
+            partition = groups.core.partition_of(req.group_id)
+            try:
+                plog = self.ctx.logs.get_log(OFFSETS_TOPIC, partition)
+                if plog is None:
+                    raise KafkaError(ErrorCode.NOT_COORDINATOR)
+                plog.append_as_leader(batch, leader_epoch=self._leader_epoch(OFFSETS_TOPIC, partition), now_ms=now,
+                                      from_client=False)
+            except KafkaError as exc:
+                log.warning("transactional offsets of producer %d not written: %s", producer_id, exc)
+                return result.with_error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            error = await self._flush([plog])
+            return result if error is ErrorCode.NONE else result.with_error(error)
 
     async def _decide_and_complete(self, decision: Decision) -> Decision:
         if decision.records:

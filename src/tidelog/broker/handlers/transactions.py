@@ -181,11 +181,11 @@ async def txn_offset_commit(ctx: BrokerContext, conn: ConnectionInfo, header: Re
     else:
         error = runtime.check_offsets_producer(request.transactional_id, request.producer_id, request.producer_epoch)
     error = for_version(error, TXN_OFFSET_COMMIT, header.api_version)
-    if error is ErrorCode.NONE and groups is not None:
+    if error is ErrorCode.NONE and runtime is not None:
         refused = {t for t, _ in req.topics if not authorize(ctx, conn, Op.READ, TOPIC, t)}
         allowed = OffsetCommit(req.group_id, req.generation_id, req.member_id, req.group_instance_id,
                                tuple((t, ps) for t, ps in req.topics if t not in refused))
-        result = groups.core.offset_manager.txn_commit_offsets(request.producer_id, allowed, ctx.now_ms())
+        result = await runtime.txn_offset_commit(request.producer_id, request.producer_epoch, allowed)
         topics = tuple(result.topics) + tuple(
             (t, tuple((p.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in ps)) for t, ps in req.topics if t in refused
         )
