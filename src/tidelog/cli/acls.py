@@ -123,7 +123,7 @@ def add_parser(sub: Any) -> None:
     audit.add_argument("--all", action="store_true", help="also rows the current ACLs already allow")
     audit.add_argument("--suggest", "--emit-acls", dest="suggest", action="store_true",
                        help="print the suggested ACLs as `tidelog acls add` command lines")
-    audit.add_argument("--apply", action="store_true", help="create the suggested ACLs on the cluster (asks first)")
+    audit.add_argument("--apply", action="store_true", help="print the suggested ACLs and create them on the cluster (asks first)")
     audit.add_argument("--force", action="store_true", help="with --apply: do not ask")
     add_json_option(audit, "the report")
 
@@ -434,7 +434,7 @@ def _audit(args: argparse.Namespace) -> int:
     out = Output(args.json)
     if args.json:
         out.json({**report, "entries": rows, "file": str(path)})
-    elif args.suggest:
+    elif args.suggest or args.apply:
         for row in suggestions:
             out.line(suggestion_command(row))
         if not suggestions:
