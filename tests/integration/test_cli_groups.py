@@ -202,3 +202,13 @@ def test_delete_offsets_then_delete_the_group(cli: Callable[..., Run], active_gr
     assert group not in cli("groups", "list").out
     missing = cli("groups", "delete", group)
     assert missing.code == 1 and "GROUP_ID_NOT_FOUND" in missing.err
+
+
+def test_a_reset_naming_a_missing_topic_or_partition_fails_without_creating_it(
+        cli: Callable[..., Run], active_group: tuple[str, str, Consumer]) -> None:
+    topic, group, _member = active_group
+    missing = unique_topic("missing")
+    run = cli("groups", "reset-offsets", "--group", group, "--topic", missing, "--to-earliest")
+    assert run.code == 1 and f"topic {missing} does not exist" in run.err
+    assert missing not in cli("topics", "list").out  # the broker auto-creates topics, but not for this
+    assert cli("groups", "reset-offsets", "--group", group, "--topic", f"{topic}:7", "--to-earliest").code == 2

@@ -49,7 +49,6 @@ from tidelog.cli.common import (
     Output,
     add_connection_options,
     add_json_option,
-    admin_client,
     client_config,
     kafka_error_text,
     result,
@@ -314,6 +313,12 @@ def _describe_groups(admin: AdminClient, args: argparse.Namespace, groups: list[
     return out
 
 
+def _admin(args: argparse.Namespace) -> AdminClient:
+    # librdkafka lets an admin handle's Metadata requests auto-create topics: naming a missing
+    # topic in --topic must not create it
+    return AdminClient({**client_config(args), "allow.auto.create.topics": False})
+
+
 def _topic_partitions(admin: AdminClient, args: argparse.Namespace, topic: str) -> list[int]:
     try:
         metadata = admin.list_topics(topic, timeout=args.timeout)
@@ -335,7 +340,7 @@ def _list(args: argparse.Namespace) -> int:
         if state is None:
             raise CliError(f"unknown state {name!r}: one of {', '.join(STATE_NAMES[s] for s in STATES_BY_NAME.values())}", 2)
         states.add(state)
-    admin = admin_client(args)
+    admin = _admin(args)
     kwargs: dict[str, Any] = {"request_timeout": args.timeout}
     if states:
         kwargs["states"] = states
@@ -398,7 +403,7 @@ def _state_row(group: str, description: Any) -> dict[str, Any]:
 
 
 def _describe(args: argparse.Namespace) -> int:
-    admin = admin_client(args)
+    admin = _admin(args)
     descriptions = _describe_groups(admin, args, list(dict.fromkeys(args.groups)))
     out = Output(args.json)
     documents: list[dict[str, Any]] = []
@@ -459,7 +464,7 @@ def _print_described(out: Output, documents: list[dict[str, Any]], view: str) ->
 
 def _delete(args: argparse.Namespace) -> int:
     groups = list(dict.fromkeys(args.groups))
-    admin = admin_client(args)  # must outlive its futures
+    admin = _admin(args)  # must outlive its futures
     futures = admin.delete_consumer_groups(groups, request_timeout=args.timeout)
     outcomes = []
     out = Output(args.json)
@@ -532,7 +537,7 @@ def _members(description: Any) -> str:
 
 def _reset(args: argparse.Namespace) -> int:
     target = _target(args)
-    admin = admin_client(args)
+    admin = _admin(args)
     description = _describe_groups(admin, args, [args.group])[args.group]
     if isinstance(description, str):
         raise CliError(f"cannot describe group {args.group}: {description}")
@@ -638,7 +643,7 @@ def _delete_offsets(args: argparse.Namespace) -> int:
             raise CliError(str(exc), 2) from None
         wanted[topic] = partitions
     address = _bootstrap_address(args)
-    admin = admin_client(args)
+    admin = _admin(args)
     chosen = {topic: parts if parts is not None else _topic_partitions(admin, args, topic) for topic, parts in wanted.items()}
     try:
         found = _kafka_call(address, FindCoordinatorRequest(key=args.group, key_type=i8(0)), FindCoordinatorResponse, args.timeout)
