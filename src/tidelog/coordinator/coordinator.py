@@ -225,6 +225,16 @@ class GroupCoordinator:
     def join_group(self, req: JoinGroup, waiter: int, now_ms: int) -> None:
         """JoinGroup; its answer, now or after the rebalance, is a completion for ``waiter``."""
         self._at(now_ms)
+        consumer_group = self.state.consumer_groups.get(req.group_id)
+        if consumer_group is not None and self.state.status(req.group_id) is ErrorCode.NONE:
+            if consumer_group.members:
+                # No classic members inside consumer groups (Kafka's upgrade path is not implemented).
+                result = JoinGroupResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
+                self.state.out.completions.append((waiter, result))
+                return
+            # An empty consumer group becomes a classic one; its offsets stay.
+            self.state.write(req.group_id, list(self.consumer.tombstones(consumer_group)), None)
+            del self.state.consumer_groups[req.group_id]
         self.classic.join_group(req, waiter)
 
     def sync_group(self, req: SyncGroup, waiter: int, now_ms: int) -> None:

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Mapping
 
 import pytest
-from tests.unit.coordinator.coordinator_harness import MemoryOffsetsLog
+from tests.unit.coordinator.coordinator_harness import MemoryOffsetsLog, protocols
 
 from tidelog.common.errors import ErrorCode
 from tidelog.coordinator.consumer_group import (
@@ -25,7 +25,7 @@ from tidelog.coordinator.consumer_group import (
 )
 from tidelog.coordinator.consumer_group_records import TopicPartitions
 from tidelog.coordinator.coordinator import GroupCoordinator
-from tidelog.coordinator.messages import CommitPartition, OffsetCommit
+from tidelog.coordinator.messages import CommitPartition, JoinGroup, JoinGroupResult, OffsetCommit
 from tidelog.coordinator.persistence import encode_batch, load_partition
 from tidelog.coordinator.state import CoordinatorConfig
 
@@ -380,3 +380,25 @@ def test_list_groups_shows_consumer_groups_with_their_type() -> None:
 def test_an_empty_regex_means_no_regex() -> None:
     h = KipHarness()
     assert h.hb("a", 0, subscribed_topic_regex="").error is ErrorCode.NONE
+
+
+def test_a_classic_member_cannot_join_a_consumer_group_with_members() -> None:
+    h = KipHarness()
+    h.hb("a", 0)
+    h.coord.join_group(JoinGroup("g", "", None, 10_000, 10_000, "consumer", protocols("t")), 1, h.now)
+    assert h.coord.take_completions() == [(1, JoinGroupResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, ""))]
+    assert "a" in h.group().members and "g" not in h.coord.state.groups
+
+
+def test_an_empty_consumer_group_becomes_classic_when_a_classic_member_joins() -> None:
+    h = KipHarness()
+    h.hb("a", 0)
+    commit = OffsetCommit("g", 1, "a", None, (("t", (CommitPartition(0, 5),)),))
+    h.coord.commit_offsets(commit, h.now)
+    h.hb("a", -1)
+    h.coord.join_group(JoinGroup("g", "", None, 10_000, 10_000, "consumer", protocols("t")), 1, h.now)
+    h.pump()
+    assert "g" not in h.coord.state.consumer_groups and "g" in h.coord.state.groups
+    h2 = h.restart()
+    assert "g" not in h2.coord.state.consumer_groups
+    assert h2.coord.fetch_offsets("g", [("t", [0])], h2.now).topics[0][1][0].offset == 5
