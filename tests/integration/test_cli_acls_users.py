@@ -194,11 +194,11 @@ def test_the_broker_refusals_and_usage_errors_are_reported(cli: Callable[..., Ru
 # -- users -----------------------------------------------------------------------------------------------
 
 
-def scram_login_works(cluster: Cluster, user: str, password: str, mechanism: str) -> bool:
+def login_works(cluster: Cluster, user: str, password: str, mechanism: str) -> bool:
     client = AdminClient({"bootstrap.servers": cluster.bootstraps["ADMIN"], **FAST_CLIENT, "security.protocol": "SASL_PLAINTEXT",
                           "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password})
     try:
-        client.list_topics(timeout=5)
+        client.list_topics(timeout=3)
     except Exception:
         return False
     return True
@@ -213,21 +213,36 @@ def test_a_scram_user_is_added_logs_in_is_listed_and_deleted(
     secret_file = tmp_path / "pw"
     secret_file.write_text("s3cret-256\n")
     assert cli("users", "add", user, "--mechanism", "scram-sha-256", "--iterations", "4096", "--password-file", str(secret_file)).code == 0
-    assert scram_login_works(cluster, user, "s3cret-512", "SCRAM-SHA-512")
-    assert scram_login_works(cluster, user, "s3cret-256", "SCRAM-SHA-256")
-    assert not scram_login_works(cluster, user, "wrong", "SCRAM-SHA-512")
+    assert login_works(cluster, user, "s3cret-512", "SCRAM-SHA-512")
+    assert login_works(cluster, user, "s3cret-256", "SCRAM-SHA-256")
+    assert not login_works(cluster, user, "wrong", "SCRAM-SHA-512")
 
     assert [user, "SCRAM-SHA-256", "4096"] in table_rows(cli("users", "list").out)
     assert cli("users", "list", user, "--json").json() == [{"user": user, "credentials": [
         {"mechanism": "SCRAM-SHA-256", "iterations": 4096}, {"mechanism": "SCRAM-SHA-512", "iterations": 8192}]}]
 
     assert cli("users", "delete", user, "--mechanism", "SCRAM-SHA-256").code == 0
-    assert not scram_login_works(cluster, user, "s3cret-256", "SCRAM-SHA-256")
+    assert not login_works(cluster, user, "s3cret-256", "SCRAM-SHA-256")
     everything = cli("users", "delete", user, "--json")
     assert everything.json() == {"user": user, "status": "deleted", "mechanisms": ["SCRAM-SHA-512"], "error": None}
     missing = cli("users", "list", user)
     assert missing.code == 1 and "RESOURCE_NOT_FOUND" in missing.err
     assert cli("users", "delete", user).code == 1
+
+
+def test_hash_password_makes_a_plain_users_file_line_the_broker_accepts(
+        capsys: pytest.CaptureFixture[str], cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    user = unique_topic("plain")
+    monkeypatch.setattr("sys.stdin", io.StringIO("plain-pw\n"))
+    assert main(["users", "hash-password", user]) == 0  # offline: no connection options
+    line = capsys.readouterr().out
+    assert line.startswith(f"{user} = pbkdf2_sha256$") and "plain-pw" not in line
+    assert not login_works(cluster, user, "plain-pw", "PLAIN")
+    with (cluster.workdir / "users").open("a") as users_file:
+        users_file.write(line)
+    assert login_works(cluster, user, "plain-pw", "PLAIN")  # the broker re-reads the file when it changes
+    assert not login_works(cluster, user, "other", "PLAIN")
+    assert main(["users", "hash-password", "a b", "--password", "x"]) == 2
 
 
 def test_users_refuse_bad_iterations_and_unprivileged_callers(cli: Callable[..., Run]) -> None:

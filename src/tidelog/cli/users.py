@@ -32,6 +32,7 @@ from tidelog.cli.common import (
     error_code_name,
     result,
 )
+from tidelog.security.credentials import hash_plain_password
 
 EXAMPLES = """\
 examples:
@@ -42,6 +43,7 @@ examples:
   tidelog users list alice --json
   tidelog users delete alice                            # every mechanism alice has
   tidelog users delete alice --mechanism SCRAM-SHA-256
+  tidelog users hash-password carol >> /etc/tidelog/plain-users   # a PLAIN user (no cluster call)
 
 Adding an existing user replaces that mechanism's credential. Iterations must be 4096-16384.
 With ACLs enforced, add/delete need ALTER and list needs DESCRIBE on the cluster.
@@ -85,6 +87,17 @@ def add_parser(sub: Any) -> None:
     delete.add_argument("name", metavar="NAME")
     delete.add_argument("--mechanism", type=str.upper, choices=sorted(MECHANISMS), help="only this mechanism")
     add_json_option(delete, "the outcome")
+
+    hashed = commands.add_parser(
+        "hash-password", help="a line for the broker's PLAIN users file", epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Print NAME = <PBKDF2 hash of the password>, a line for the file sasl.plain.users.file names "
+                    "(the broker reads it again when it changes). Works offline: nothing is sent anywhere.")
+    hashed.add_argument("name", metavar="NAME")
+    secret = hashed.add_mutually_exclusive_group()
+    secret.add_argument("--password", help="the password (prefer a file or the prompt)")
+    secret.add_argument("--password-file", metavar="FILE", help="read the password from this file (first line)")
+    hashed.set_defaults(func=_hash_password)
 
 
 def _mechanism_name(mechanism: Any) -> str:
@@ -197,3 +210,10 @@ def _delete(args: argparse.Namespace) -> int:
     deletions: list[UserScramCredentialAlteration] = [UserScramCredentialDeletion(args.name, MECHANISMS[m]) for m in mechanisms]
     error = _alter(args, deletions)
     return _report(args, "deleted", error, mechanisms, f"Deleted the {', '.join(mechanisms)} credential(s) of {args.name}.")
+
+
+def _hash_password(args: argparse.Namespace) -> int:
+    if any(c.isspace() or c in "=#" for c in args.name):
+        raise CliError(f"a PLAIN user name cannot hold spaces, '=' or '#': {args.name!r}", 2)
+    Output().line(f"{args.name} = {hash_plain_password(read_password(args))}")
+    return 0
