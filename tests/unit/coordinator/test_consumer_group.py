@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Mapping
 
 import pytest
-from tests.unit.coordinator.coordinator_harness import MemoryOffsetsLog, protocols
+from coordinator_harness import MemoryOffsetsLog, protocols
 
 from tidelog.common.errors import ErrorCode
 from tidelog.coordinator.consumer_group import (
@@ -301,7 +301,7 @@ def test_members_rebuilt_at_restart_get_a_fresh_session() -> None:
 
 
 def test_a_classic_group_with_members_keeps_its_id() -> None:
-    from tests.unit.coordinator.coordinator_harness import Harness
+    from coordinator_harness import Harness
 
     h = Harness()
     h.stable_group("g", 1)
