@@ -37,6 +37,7 @@ from tidelog.common.errors import ErrorCode
 from tidelog.coordinator.records import partition_for
 from tidelog.coordinator.txn_records import TxnRecord, TxnState, TxnValue
 
+OFFSETS_TOPIC = "__consumer_offsets"
 MAX_EPOCH = 32766  # Short.MAX_VALUE - 1: the last epoch a producer id may reach
 NO_PRODUCER = -1
 PREPARING = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE)
@@ -87,9 +88,13 @@ class TxnCoordinator:
             self.txns.pop(record.transactional_id, None)
             self.last_epoch.pop(record.transactional_id, None)
             return
-        if old is not None and old.producer_id == record.value.producer_id and record.value.producer_epoch > old.producer_epoch:
-            self.last_epoch[record.transactional_id] = old.producer_epoch
-        self.txns[record.transactional_id] = record.value
+        new = record.value
+        bumped = old is not None and old.producer_id == new.producer_id and new.producer_epoch > old.producer_epoch
+        if bumped and old is not None and new.state is TxnState.PREPARE_ABORT:
+            self.last_epoch[record.transactional_id] = old.producer_epoch  # the coordinator's own bump
+        elif bumped or new.state is TxnState.EMPTY:
+            self.last_epoch.pop(record.transactional_id, None)  # the producer got a new epoch itself
+        self.txns[record.transactional_id] = new
 
     def partition_of(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.num_partitions)
@@ -266,5 +271,3 @@ class TxnCoordinator:
             out.append(DescribedTxn(transactional_id, ErrorCode.NONE, value))
         return out
 
-
-OFFSETS_TOPIC = "__consumer_offsets"
