@@ -83,6 +83,7 @@ def test_random_membership_changes_never_share_a_partition_and_converge(ops: lis
         for c in live:
             c.heartbeat(h)
             check_clients(h, clients)
+    live = [c for c in live if c.epoch is not None]  # some were removed and found the group full on return
     group = h.coord.state.consumer_groups.get("g")
     if group is None or not group.members:
         return
