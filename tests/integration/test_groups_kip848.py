@@ -7,13 +7,23 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupType, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest as DescribeV0
+from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest as DescribeV1
+from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest as HeartbeatV0
+from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest as HeartbeatV1
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i8, i32, i32Timedelta
 
 from helpers.broker_process import BrokerProcess, register_failure_report
 from helpers.clients import FAST_CLIENT, create_topic, produce_all, producer, unique_topic
+from helpers.raw_client import RawClient
 
 KIP848_BROKER = {
     "group.initial.rebalance.delay.ms": 0,
@@ -226,3 +236,54 @@ def test_default_protocol_consumers_still_use_classic_groups(broker: BrokerProce
         assert described.type == ConsumerGroupType.CLASSIC  # type: ignore[attr-defined]
     finally:
         consumer.close()
+
+
+# ------------------------------------------------------------------------------------- on the wire
+
+FENCED_MEMBER_EPOCH, UNSUPPORTED_ASSIGNOR, INVALID_REQUEST, GROUP_ID_NOT_FOUND = 110, 112, 42, 69
+
+
+def _heartbeat(version: int, group: str, member_id: str, epoch: int, topic: str | None, **fields: Any) -> Any:
+    module = HeartbeatV0 if version == 0 else HeartbeatV1
+    return module(
+        group_id=GroupId(group), member_id=member_id, member_epoch=i32(epoch), instance_id=None, rack_id=None,
+        rebalance_timeout=i32Timedelta.parse(timedelta(seconds=5)) if epoch == 0 else i32Timedelta.parse(timedelta(0)),
+        subscribed_topic_names=(TopicName(topic),) if topic else None, server_assignor=fields.pop("assignor", None),
+        topic_partitions=() if epoch == 0 else None, **fields,
+    )
+
+
+def test_heartbeat_and_describe_versions_on_the_wire(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, unique_topic("kip848-raw"), 3)
+    group = new_group()
+    with RawClient(broker.host, broker.port, timeout=15) as c:
+        assert c.call(FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group,))).coordinators[0].error_code == 0
+        # v0: the coordinator picks the member id; the answer carries the whole assignment.
+        joined = c.call(_heartbeat(0, group, "", 0, topic))
+        assert (int(joined.error_code), joined.member_epoch) == (0, 1) and joined.member_id
+        assert joined.heartbeat_interval == timedelta(milliseconds=250)
+        assert sorted(p for tp in joined.assignment.topic_partitions for p in tp.partitions) == [0, 1, 2]
+        # v1: the client brings its member id; a regex or an unknown assignor is refused.
+        assert int(c.call(_heartbeat(1, group, "", 0, topic, subscribed_topic_regex=None)).error_code) == INVALID_REQUEST
+        regex = c.call(_heartbeat(1, group, "m-x", 0, None, subscribed_topic_regex="kip.*"))
+        assert int(regex.error_code) == INVALID_REQUEST and regex.error_message
+        assignor = c.call(_heartbeat(1, group, "m-x", 0, topic, subscribed_topic_regex=None, assignor="sticky"))
+        assert int(assignor.error_code) == UNSUPPORTED_ASSIGNOR
+        fenced = c.call(_heartbeat(1, group, joined.member_id, 5, None, subscribed_topic_regex=None))
+        assert int(fenced.error_code) == FENCED_MEMBER_EPOCH
+
+        for request in (DescribeV0, DescribeV1):
+            described = c.call(request(group_ids=(GroupId(group), GroupId("no-such-group")),
+                                       include_authorized_operations=False))
+            found, missing = described.groups
+            assert (int(found.error_code), found.group_state, found.group_epoch, found.assignor_name) == (
+                0, "Stable", 1, "uniform")
+            (member,) = found.members
+            assert member.member_id == joined.member_id and member.member_epoch == 1
+            assert [tp.topic_name for tp in member.assignment.topic_partitions] == [topic]
+            assert int(missing.error_code) == GROUP_ID_NOT_FOUND
+
+        left = c.call(_heartbeat(0, group, joined.member_id, -1, None))
+        assert (int(left.error_code), left.member_epoch) == (0, -1)
+        described = c.call(DescribeV1(group_ids=(GroupId(group),), include_authorized_operations=False))
+        assert described.groups[0].group_state == "Empty" and described.groups[0].members == ()
