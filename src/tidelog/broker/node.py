@@ -15,6 +15,7 @@ import pathlib
 import signal
 
 from tidelog.broker.context import BrokerContext, Endpoint
+from tidelog.broker.group_metrics import consumer_lag, group_counts_by_state
 from tidelog.broker.group_runtime import GroupRuntime
 from tidelog.broker.producer_ids import ProducerIdAllocator
 from tidelog.broker.server import Server
@@ -132,6 +133,10 @@ class BrokerNode:
         ctx = await asyncio.get_running_loop().run_in_executor(None, self.open_storage)
         ctx.groups = GroupRuntime(ctx)
         await ctx.groups.start()  # loads __consumer_offsets in the background
+        groups, logs = ctx.groups, ctx.logs
+        self.obs.metrics.watch_groups(
+            states=lambda: group_counts_by_state(groups), lag=lambda: consumer_lag(groups, logs)
+        )
         ctx.transactions = TxnRuntime(ctx)
         await ctx.transactions.start()  # loads __transaction_state in the background
         self.security = self._build_security(ctx)
