@@ -37,4 +37,4 @@ def test_consumer_lag_and_group_states_are_scraped(fresh_broker: Callable[..., B
     line = wait_until(lag_line, timeout=10)
     assert line is not None and line.endswith(" 6"), line  # 10 produced, committed at 4
     text = scrape(metrics_port)
-    assert any(l.startswith("tidelog_groups") and 'state="Empty"' in l for l in text.splitlines()), text[:2000]
+    assert any(row.startswith("tidelog_groups") and 'state="Empty"' in row for row in text.splitlines()), text[:2000]
