@@ -1,5 +1,5 @@
 """Transaction APIs: InitProducerId with a transactional id, AddPartitionsToTxn (0-3),
-AddOffsetsToTxn, EndTxn and TxnOffsetCommit.
+AddOffsetsToTxn, EndTxn, TxnOffsetCommit, DescribeTransactions and ListTransactions.
 
 Each handler asks the runtime (``broker/txn_runtime.py``) and answers in the request's version.
 Version differences: PRODUCER_FENCED (KIP-588) exists from InitProducerId v4, AddPartitionsToTxn v2,
@@ -9,7 +9,8 @@ bump its epoch after an abortable error instead of being fenced.
 
 ACLs, as Kafka checks them: WRITE on the transactional id for every API here; AddPartitionsToTxn
 WRITE on each topic (the others then answer OPERATION_NOT_ATTEMPTED); AddOffsetsToTxn and
-TxnOffsetCommit READ on the group, TxnOffsetCommit READ on each topic.
+TxnOffsetCommit READ on the group, TxnOffsetCommit READ on each topic. DescribeTransactions and
+ListTransactions need DESCRIBE on the transactional id (ListTransactions leaves the others out).
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.broker.txn_runtime import TxnRuntime
 from tidelog.common.errors import ErrorCode
 from tidelog.coordinator.messages import CommitPartition, OffsetCommit
+from tidelog.coordinator.txn_coordinator import DescribedTxn
+from tidelog.coordinator.txn_records import TxnState
 from tidelog.protocol.headers import RequestHeader
 
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 # The first version of each API that knows PRODUCER_FENCED.
 FENCED_FROM = {INIT_PRODUCER_ID: 4, ADD_PARTITIONS_TO_TXN: 2, ADD_OFFSETS_TO_TXN: 2, END_TXN: 2, TXN_OFFSET_COMMIT: 3}
 
@@ -197,3 +201,60 @@ async def txn_offset_commit(ctx: BrokerContext, conn: ConnectionInfo, header: Re
         ))
         for topic, parts in topics
     ))
+
+
+# ------------------------------------------------------------------ DescribeTransactions, ListTransactions
+
+
+async def describe_transactions(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    """DESCRIBE on each transactional id; topics the principal may not describe are left out."""
+    b = builder(DESCRIBE_TRANSACTIONS, header.api_version)
+    runtime = runtime_of(ctx)
+    ids = list(request.transactional_ids)
+    allowed = [t for t in ids if authorize(ctx, conn, Op.DESCRIBE, TRANSACTIONAL_ID, t)]
+    described = {d.transactional_id: d for d in (runtime.describe(allowed) if runtime is not None else
+                                                 [DescribedTxn(t, ErrorCode.COORDINATOR_NOT_AVAILABLE) for t in allowed])}
+    states = []
+    for txn_id in ids:
+        found = described.get(txn_id, DescribedTxn(txn_id, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        value = found.value
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(value.partitions if value is not None else ()):
+            if authorize(ctx, conn, Op.DESCRIBE, TOPIC, topic, record=False):
+                by_topic.setdefault(topic, []).append(partition)
+        states.append(b.make(
+            "TransactionState", error_code=found.error, transactional_id=txn_id,
+            transaction_state=value.state.display if value is not None else "",
+            transaction_timeout=datetime.timedelta(milliseconds=value.timeout_ms if value is not None else 0),
+            transaction_start_time=_time(value.start_ms if value is not None else -1),
+            producer_id=value.producer_id if value is not None else -1,
+            producer_epoch=value.producer_epoch if value is not None else -1,
+            topics=tuple(b.make("TopicData", topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+        ))
+    return b.make("DescribeTransactionsResponse", throttle_time=NO_THROTTLE, transaction_states=tuple(states))
+
+
+async def list_transactions(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    """Every transaction the principal may DESCRIBE, filtered by state, producer id and (v1) age."""
+    b = builder(LIST_TRANSACTIONS, header.api_version)
+    runtime = runtime_of(ctx)
+    states = list(request.state_filters)
+    unknown = tuple(s for s in states if TxnState.from_display(s) is None)
+    duration = int(getattr(request, "duration_filter", -1))
+    listed: list[DescribedTxn] = []
+    error = ErrorCode.NONE
+    if runtime is not None:
+        error, listed = runtime.list(states, list(request.producer_id_filters), duration)
+    listed = [d for d in listed if authorize(ctx, conn, Op.DESCRIBE, TRANSACTIONAL_ID, d.transactional_id, record=False)]
+    return b.make("ListTransactionsResponse", throttle_time=NO_THROTTLE, error_code=error,
+                  unknown_state_filters=unknown, transaction_states=tuple(
+                      b.make("TransactionState", transactional_id=d.transactional_id,
+                             producer_id=d.value.producer_id if d.value is not None else -1,
+                             transaction_state=d.value.state.display if d.value is not None else "")
+                      for d in listed
+                  ))
+
+
+def _time(ms: int) -> datetime.datetime:
+    """A timestamp for the wire; -1 (none) as Kafka sends it, the epoch minus one millisecond."""
+    return datetime.datetime.fromtimestamp(0, datetime.UTC) + datetime.timedelta(milliseconds=ms)
