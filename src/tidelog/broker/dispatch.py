@@ -71,6 +71,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.ADD_OFFSETS_TO_TXN: transactions.add_offsets_to_txn,
     ApiKey.END_TXN: transactions.end_txn,
     ApiKey.TXN_OFFSET_COMMIT: transactions.txn_offset_commit,
+    ApiKey.DESCRIBE_TRANSACTIONS: transactions.describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: transactions.list_transactions,
 }
 
 
