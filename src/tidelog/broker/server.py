@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from tidelog.broker.context import BrokerContext, ConnectionInfo, Endpoint
 from tidelog.broker.dispatch import handler_for
 from tidelog.broker.handlers.security import sasl_raw_token
+from tidelog.observability.broker_metrics import api_name
+from tidelog.observability.logs import context
 from tidelog.protocol.codec import decode_request, encode_api_versions_unsupported, encode_response
 from tidelog.protocol.errors import Hint, ProtocolError, UnknownApiKey
 from tidelog.protocol.framing import FrameDecoder
@@ -53,13 +55,13 @@ class RateLimitedLog:
         self.window_s = window_s
         self._seen: defaultdict[str, list[float]] = defaultdict(list)
 
-    def warning(self, host: str, message: str, *args: object) -> None:
+    def warning(self, host: str, message: str, *args: object, extra: dict[str, object] | None = None) -> None:
         now = time.monotonic()
         recent = [t for t in self._seen[host] if now - t < self.window_s]
         recent.append(now)
         self._seen[host] = recent
         if len(recent) <= self.burst:
-            log.warning(message, *args)
+            log.warning(message, *args, extra=extra)
         elif len(recent) == self.burst + 1:
             log.warning("further protocol errors from %s suppressed for %.0f s", host, self.window_s)
         if len(self._seen) > 10_000:
@@ -167,7 +169,10 @@ class Server:
                     self._busy.discard(task)
         except ProtocolError as exc:
             self.ctx.metrics.protocol_error(listener.name, type(exc).__name__)
-            self.protocol_log.warning(peername[0] if peername else "?", "closing connection from %s (client %s): %s", peer, conn.client_id, exc)
+            self.protocol_log.warning(
+                peername[0] if peername else "?", "closing connection from %s (client %s): %s", peer, conn.client_id, exc,
+                extra=context(peer=peer, client_id=conn.client_id, listener=listener.name),
+            )
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -231,7 +236,12 @@ class Server:
                 log.debug("undecodable frame from %s: %s", conn.peer, bytes(frame[:256]).hex())
             raise
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("request from %s client=%s api=%d v%d corr=%d", conn.peer, conn.client_id, header.api_key, header.api_version, header.correlation_id)
+            log.debug(
+                "request %s v%d", api_name(header.api_key), header.api_version,
+                extra=context(peer=conn.peer, client_id=conn.client_id, listener=conn.listener.name,
+                              api=api_name(header.api_key), api_version=header.api_version,
+                              correlation_id=header.correlation_id),
+            )
         timer = self.ctx.metrics.request_received(conn.listener.name, received)
         timer.decoded(header.api_key, header.api_version, len(frame))
         conn.request_timer = timer
