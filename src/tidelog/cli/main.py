@@ -11,7 +11,19 @@ import argparse
 import os
 import sys
 
-from tidelog.cli import acls, cluster, configs, consume, groups, perf, produce, serve, topics, users
+from tidelog.cli import (
+    acls,
+    cluster,
+    configs,
+    consume,
+    groups,
+    perf,
+    produce,
+    serve,
+    topics,
+    transactions,
+    users,
+)
 from tidelog.cli.common import CliError
 from tidelog.cli.serve import env_overrides, load_broker_config
 from tidelog.observability.logs import configure_logging
@@ -41,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (env TIDELOG_LOG_LEVEL; default INFO for "
                         "serve, WARNING for the client commands)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (serve, topics, configs, produce, consume, groups, cluster, acls, users, perf):
+    for module in (serve, topics, configs, produce, consume, groups, transactions, cluster, acls, users, perf):
         module.add_parser(sub)
     return parser
 
