@@ -4,6 +4,7 @@ telling members to heartbeat every 250 ms so that reconciliation takes a fractio
 
 from __future__ import annotations
 
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -192,7 +193,8 @@ def _resume_at_commits(broker: BrokerProcess, group: str, topic: str, committed:
         member.close()
 
 
-def test_committed_offsets_resume_and_survive_a_broker_restart(broker: BrokerProcess, topic6: str) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_committed_offsets_resume_and_survive_a_broker_restart(broker: BrokerProcess, topic6: str, sig: int) -> None:
     group = new_group()
     prod = producer(broker.bootstrap)
     for p in range(6):
@@ -214,7 +216,7 @@ def test_committed_offsets_resume_and_survive_a_broker_restart(broker: BrokerPro
         member.close()
     _resume_at_commits(broker, group, topic6, committed)
 
-    broker.restart()
+    broker.restart(sig)
     # The group (now empty) and its offsets came back from __consumer_offsets.
     described = describe(broker.bootstrap, group)
     assert described.type == ConsumerGroupType.CONSUMER  # type: ignore[attr-defined]
@@ -287,3 +289,28 @@ def test_heartbeat_and_describe_versions_on_the_wire(broker: BrokerProcess) -> N
         assert (int(left.error_code), left.member_epoch) == (0, -1)
         described = c.call(DescribeV1(group_ids=(GroupId(group),), include_authorized_operations=False))
         assert described.groups[0].group_state == "Empty" and described.groups[0].members == ()
+
+
+def _group_epoch(broker: BrokerProcess, group: str) -> int:
+    with RawClient(broker.host, broker.port, timeout=15) as c:
+        described = c.call(DescribeV1(group_ids=(GroupId(group),), include_authorized_operations=False))
+    assert int(described.groups[0].error_code) == 0
+    return int(described.groups[0].group_epoch)
+
+
+def test_a_live_group_keeps_its_epoch_and_assignment_across_a_broker_restart(broker: BrokerProcess, topic6: str) -> None:
+    group = new_group()
+    members = [Member(broker.bootstrap, group, topic6) for _ in range(2)]
+    try:
+        before = settle(members, balanced(6, 2))
+        epoch_before = _group_epoch(broker, group)
+        revocations = [len(m.revoked) for m in members]
+        broker.restart()
+        # The members carry on with the epochs the restarted coordinator rebuilt: no rebalance.
+        after = settle(members, lambda a: a == before, timeout=20, hold=2.0)
+        assert after == before
+        assert _group_epoch(broker, group) == epoch_before
+        assert [len(m.revoked) for m in members] == revocations
+    finally:
+        for m in members:
+            m.close()
