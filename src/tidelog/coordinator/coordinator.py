@@ -310,10 +310,11 @@ class GroupCoordinator:
         group = self.state.groups.get(group_id)
         if group is None or group.is_state(GroupState.DEAD):
             if unknown_is_error:
-                # A consumer group is answered as Kafka does: not found as a classic group.
-                kind = "classic group" if group_id in self.state.consumer_groups else "Group"
+                # A consumer group is answered as Kafka does: it is not a classic group.
+                message = (f"Group {group_id} is not a classic group." if group_id in self.state.consumer_groups
+                           else f"Group {group_id} not found.")
                 return DescribedGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND, GroupState.DEAD.value,
-                                      error_message=f"{kind} {group_id} not found.")
+                                      error_message=message)
             return DescribedGroup(group_id, ErrorCode.NONE, GroupState.DEAD.value)
         # Member metadata and assignments are shown only once the group is Stable (Kafka's rule).
         stable = group.is_state(GroupState.STABLE)

@@ -402,3 +402,12 @@ def test_an_empty_consumer_group_becomes_classic_when_a_classic_member_joins() -
     h2 = h.restart()
     assert "g" not in h2.coord.state.consumer_groups
     assert h2.coord.fetch_offsets("g", [("t", [0])], h2.now).topics[0][1][0].offset == 5
+
+
+def test_describe_groups_says_a_consumer_group_is_not_classic() -> None:
+    h = KipHarness()
+    h.hb("a", 0)
+    (v6,) = h.coord.describe_groups(["g"], h.now, unknown_is_error=True)
+    assert (v6.error, v6.state, v6.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Dead", "Group g is not a classic group.")
+    (v5,) = h.coord.describe_groups(["g"], h.now, unknown_is_error=False)
+    assert (v5.error, v5.state) == (ErrorCode.NONE, "Dead")
