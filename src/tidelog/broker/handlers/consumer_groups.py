@@ -118,7 +118,10 @@ async def consumer_group_describe(ctx: BrokerContext, conn: ConnectionInfo, head
     def described(group_id: str) -> Any:
         error, group = found.get(group_id, (ErrorCode.GROUP_AUTHORIZATION_FAILED, None))
         if group is None:
-            message = f"Group {group_id} not found." if error is ErrorCode.GROUP_ID_NOT_FOUND else None
+            message = None
+            if error is ErrorCode.GROUP_ID_NOT_FOUND:
+                classic = runtime is not None and group_id in runtime.core.groups
+                message = f"Group {group_id} is not a consumer group." if classic else f"Group {group_id} not found."
             return b.make("DescribedGroup", error_code=error, error_message=message, group_id=group_id, group_state="",
                           group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(),
                           authorized_operations=UNAUTHORIZED_OPERATIONS)
