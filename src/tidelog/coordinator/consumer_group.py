@@ -355,7 +355,7 @@ class ConsumerGroupManager:
         if error is ErrorCode.NONE:
             error = self.state.check(req.group_id)
         if error is ErrorCode.NONE and req.group_id in self.state.groups:
-            error, message = self._classic_in_the_way(req.group_id)
+            error, message = self._classic_in_the_way(req.group_id, req.member_epoch == JOIN_EPOCH)
         if error is not ErrorCode.NONE:
             return ConsumerGroupHeartbeatResult(error, message)
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
@@ -370,10 +370,10 @@ class ConsumerGroupManager:
         self._commit(group, call)
         return result
 
-    def _classic_in_the_way(self, group_id: str) -> tuple[ErrorCode, str | None]:
-        """A classic group with members keeps its id; an empty one (offsets only) becomes a consumer group."""
+    def _classic_in_the_way(self, group_id: str, joining: bool) -> tuple[ErrorCode, str | None]:
+        """A classic group with members keeps its id; an empty one becomes a consumer group when someone joins."""
         classic = self.state.groups[group_id]
-        if not classic.is_empty:
+        if not classic.is_empty or not joining:
             return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
         # An empty classic group has no membership to carry over: only its offsets, which stay.
         self.state.remove_group(group_id)
@@ -536,7 +536,6 @@ class ConsumerGroupManager:
 
     def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, member_id: str, call: _Call) -> ConsumerMember:
         """A static member's successor takes its assignment and epoch; the group epoch does not move."""
-        successor = ConsumerMember(member_id)
         metadata = old.metadata()
         target = group.target.get(old.member_id, {})
         current = CurrentMemberAssignment(old.previous_member_epoch, old.previous_member_epoch, old.state,
@@ -549,7 +548,7 @@ class ConsumerGroupManager:
                        current_assignment(group.group_id, member_id, current)):
             call.add(record)
         self.state.timers.cancel(("consumer-session", group.group_id, old.member_id))
-        return group.members.get(member_id, successor)
+        return group.members[member_id]
 
     # ----------------------------------------------------------------------------------- timers
 

@@ -411,3 +411,11 @@ def test_describe_groups_says_a_consumer_group_is_not_classic() -> None:
     assert (v6.error, v6.state, v6.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Dead", "Group g is not a classic group.")
     (v5,) = h.coord.describe_groups(["g"], h.now, unknown_is_error=False)
     assert (v5.error, v5.state) == (ErrorCode.NONE, "Dead")
+
+
+def test_a_heartbeat_that_is_not_a_join_leaves_an_empty_classic_group_alone() -> None:
+    h = KipHarness()
+    h.coord.commit_offsets(OffsetCommit("g", -1, "", None, (("t", (CommitPartition(0, 1),)),)), h.now)
+    h.pump()
+    assert h.hb("a", 3).error is ErrorCode.GROUP_ID_NOT_FOUND
+    assert "g" in h.coord.state.groups and "g" not in h.coord.state.consumer_groups
