@@ -419,3 +419,26 @@ def test_a_heartbeat_that_is_not_a_join_leaves_an_empty_classic_group_alone() ->
     h.pump()
     assert h.hb("a", 3).error is ErrorCode.GROUP_ID_NOT_FOUND
     assert "g" in h.coord.state.groups and "g" not in h.coord.state.consumer_groups
+
+
+def test_a_topic_created_after_subscribing_is_assigned() -> None:
+    h = KipHarness(topics={})
+    r = h.hb("a", 0)
+    assert r.member_epoch == 1 and r.assignment == ()
+    assert h.hb("a", 1).assignment is None  # nothing changed: no assignment in the answer
+    h.topics["t"] = (T, 2)
+    r = h.hb("a", 1)
+    assert r.member_epoch == 2 and r.assignment == ((T, (0, 1)),)
+
+
+def test_consumer_group_describe_finds_only_consumer_groups() -> None:
+    h = KipHarness()
+    h.hb("a", 0)
+    h.coord.commit_offsets(OffsetCommit("simple", -1, "", None, (("t", (CommitPartition(0, 1),)),)), h.now)
+    h.pump()
+    answers = h.coord.consumer_group_describe(["g", "simple", "nope", ""], h.now)
+    assert [(g, e) for g, e, _ in answers] == [
+        ("g", ErrorCode.NONE), ("simple", ErrorCode.GROUP_ID_NOT_FOUND), ("nope", ErrorCode.GROUP_ID_NOT_FOUND),
+        ("", ErrorCode.INVALID_GROUP_ID),
+    ]
+    assert answers[0][2] is h.group()
