@@ -45,6 +45,31 @@ log = logging.getLogger(__name__)
 
 READ_CHUNK = 256 * 1024
 WRITE_HIGH_WATER = 4 * 1024 * 1024
+COALESCE_BYTES = 64 * 1024  # buffers below this are joined before writing; larger ones are not copied
+
+
+def write_buffers(writer: asyncio.StreamWriter, buffers: list[bytes | memoryview]) -> None:
+    """Queue a response: small ones joined (one send), large parts handed over as memoryviews.
+
+    asyncio's ``writelines`` (Python 3.11) joins every buffer into one bytes object, slices off what
+    the first send took and copies the rest into the transport's buffer: three copies of a Fetch
+    response's record bytes. Writing a large part as a memoryview costs at most the last copy
+    (bench/RESULTS.md, "write path": broker CPU of a 64-partition consume down by about half).
+    """
+    if len(buffers) == 1 or sum(len(b) for b in buffers) <= COALESCE_BYTES:
+        writer.writelines(buffers)
+        return
+    small: list[bytes | memoryview] = []
+    for part in buffers:
+        if len(part) < COALESCE_BYTES:
+            small.append(part)
+            continue
+        if small:
+            writer.write(b"".join(small))
+            small.clear()
+        writer.write(memoryview(part))
+    if small:
+        writer.write(b"".join(small))
 
 
 class RateLimitedLog:
@@ -249,7 +274,7 @@ class Server:
         timer.handled()
         if response is not None:
             buffers = encode_response(header, response)
-            writer.writelines(buffers)
+            write_buffers(writer, buffers)
             timer.sent(sum(len(b) for b in buffers))
         else:
             timer.sent(0)
