@@ -1,0 +1,444 @@
+"""tidelog side by side with Apache Kafka and Tansu: the same workloads, the same tools, one table.
+
+    python bench/compare.py                              # everything, full sizes (about 15-25 minutes)
+    python bench/compare.py --quick                      # smaller counts (a few minutes)
+    python bench/compare.py --quick --only tidelog,kafka --workloads 1,3
+    python bench/compare.py --json results.json          # also write every figure and tool run
+
+Each broker (``bench/peers.py``) is started in turn on free ports with its data under ``--workdir``,
+the selected workloads run against it, and it is stopped. Workloads (issue 9):
+
+1. produce 500,000 x 1 KiB and 2,000,000 x 100 B; acks=all, linger 5 ms, batch 1 MiB, idempotent;
+   with Kafka's ProducerPerformance and with a confluent-kafka process;
+2. consume the same from offset 0 (Kafka's ConsumerPerformance; a confluent-kafka process);
+3. end-to-end latency: a confluent-kafka process producing 2,000 records/s of 200 B for 20 s
+   (acks=all, linger 0) and consuming them (p50, p99, p99.9, max), and Kafka's EndToEndLatency
+   (one record at a time, round trip);
+4. 64 partitions, keyed records (confluent-kafka produce and consume, 500,000 x 1 KiB);
+5. 1,000 idle connections (ApiVersions answered, then silence) held open during workload 1's
+   ProducerPerformance 1 KiB run;
+6. 10,000 partitions: time to create them, RSS, then restart: time until Metadata shows every
+   partition led, and RSS (Tansu's memory engine loses its topics on restart: creation only).
+
+Per workload the broker's CPU seconds and peak RSS are read from ``/proc``. Each load tool's CPU use
+is recorded; a figure is marked ``c`` (client-bound) when the tool used >= 0.9 of a core on average,
+or when it reaches 80% of the tool's own ceiling (confluent-kafka produce against librdkafka's mock
+cluster, measured first). Ratios are tidelog / peer: above 1 is better for throughput, below 1 for
+latency, CPU, memory and times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peers
+import workloads as wl
+from confluent_kafka import KafkaException
+
+BROKERS = ("tidelog", "kafka", "tansu")
+CLIENT_BOUND_CORES = 0.9
+CLIENT_BOUND_SHARE = 0.8
+
+
+@dataclass
+class Scale:
+    big: int = 500_000  # 1 KiB records
+    small: int = 2_000_000  # 100 B records
+    latency_s: float = 20.0
+    e2e_records: int = 2_000
+    keyed: int = 500_000
+    many_partitions: int = 10_000
+    idle: int = 1_000
+
+
+QUICK = Scale(big=100_000, small=400_000, latency_s=5.0, e2e_records=500, keyed=100_000, many_partitions=2_000, idle=1_000)
+
+
+@dataclass
+class Figure:
+    key: str  # stable id, e.g. "1.java.1k.mb_s"
+    label: str
+    unit: str
+    higher_is_better: bool
+    value: float
+    client_bound: bool = False
+    runs: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Context:
+    args: argparse.Namespace
+    scale: Scale
+    libs: Path
+    ceilings: dict[str, float]
+    broker: peers.Broker
+    figures: dict[str, Figure] = field(default_factory=dict)
+    tool_runs: list[dict[str, Any]] = field(default_factory=list)
+    topics: dict[str, str] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+    def topic(self, label: str, partitions: int = 1) -> str:
+        name = f"{label}-{uuid.uuid4().hex[:6]}"
+        create_topics(self.broker.bootstrap, {name: partitions})
+        return name
+
+    def record(self, key: str, label: str, unit: str, higher: bool, runs: list[wl.ToolRun], metric: str,
+               ceiling: float | None = None) -> Figure:
+        values = [run.figures[metric] for run in runs]
+        value = statistics.median(values)
+        cores = statistics.median(run.client_cores for run in runs)
+        # Only throughput can be client-bound: a latency tool's CPU is mostly its JVM warming up.
+        bound = higher and (cores >= CLIENT_BOUND_CORES or (ceiling is not None and value >= CLIENT_BOUND_SHARE * ceiling))
+        figure = Figure(key, label, unit, higher, value, bound, values)
+        self.figures[key] = figure
+        for run in runs:
+            self.tool_runs.append({"broker": self.broker.name, "figure": key, "tool": run.tool, "wall_s": run.wall_s,
+                                   "cpu_s": run.cpu_s, "client_cores": run.client_cores, "figures": run.figures})
+        return figure
+
+    def plain(self, key: str, label: str, unit: str, higher: bool, value: float) -> None:
+        self.figures[key] = Figure(key, label, unit, higher, value, runs=[value])
+
+    def repeat(self, make: Callable[[], wl.ToolRun]) -> list[wl.ToolRun]:
+        return [make() for _ in range(self.args.repeat)]
+
+    @contextlib.contextmanager
+    def guard(self, what: str) -> Iterator[None]:
+        """A tool that fails loses its own figures only: the failure is listed under the table."""
+        try:
+            yield
+        except (wl.ToolFailed, TimeoutError, OSError, KafkaException) as exc:
+            first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            detail = [line for line in str(exc).splitlines() if "Exception" in line or "timed out" in line]
+            self.failures.append(f"{self.broker.name}: {what}: {first}" + (f" ({detail[0].strip()})" if detail else ""))
+            print(f"  FAILED {what}: {exc}"[:3000], file=sys.stderr)
+
+
+def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 300) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    futures = admin.create_topics([NewTopic(name, n, 1) for name, n in topics.items()], request_timeout=timeout,
+                                  operation_timeout=timeout)
+    for future in futures.values():
+        future.result(timeout)
+    wait_for_leaders(bootstrap, topics, timeout)
+
+
+def wait_for_leaders(bootstrap: str, topics: dict[str, int], timeout: float) -> float:
+    """Seconds until Metadata shows every partition of ``topics`` with a leader."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        try:
+            metadata = admin.list_topics(timeout=30)
+        except Exception:
+            time.sleep(0.1)
+            continue
+        ready = all(
+            name in metadata.topics and len(metadata.topics[name].partitions) == n
+            and all(p.leader >= 0 for p in metadata.topics[name].partitions.values())
+            for name, n in topics.items()
+        )
+        if ready:
+            return time.monotonic() - started
+        time.sleep(0.1)
+    raise TimeoutError(f"partitions without a leader after {timeout:.0f} s")
+
+
+PRODUCER_PROPS = {"acks": "all", "linger.ms": "5", "batch.size": str(wl.MIB), "enable.idempotence": "true",
+                  "max.request.size": str(wl.MIB + 4096)}
+
+
+# --- workloads -----------------------------------------------------------------------------------------
+
+def produce_runs(ctx: Context, tool: str, tag: str, count: int, size: int, partitions: int = 1,
+                 keys: int = 0) -> tuple[list[wl.ToolRun], str]:
+    """``--repeat`` produce runs, each to a new topic; (runs, the first run's topic)."""
+    runs, topics = [], []
+    for _ in range(ctx.args.repeat):
+        topics.append(ctx.topic(f"{tool}-{tag}", partitions))
+        if tool == "java":
+            runs.append(wl.java_produce(ctx.libs, ctx.broker.bootstrap, topics[-1], count, size, PRODUCER_PROPS))
+        else:
+            runs.append(wl.confluent("produce", ctx.broker.bootstrap, topics[-1], count=count, size=size, keys=keys))
+    return runs, topics[0]
+
+
+def w1_produce(ctx: Context) -> None:
+    s = ctx.scale
+    for tag, count, size in (("1k", s.big, 1024), ("100b", s.small, 100)):
+        with ctx.guard(f"workload 1 ProducerPerformance {tag}"):
+            runs, ctx.topics[f"java-{tag}"] = produce_runs(ctx, "java", tag, count, size)
+            ctx.record(f"1.java.{tag}.mb_s", f"1 produce {count:,}x{size} B (ProducerPerformance)", "MB/s", True, runs,
+                       "mb_s")
+            ctx.record(f"1.java.{tag}.p99", f"1   its ack latency p99 ({tag})", "ms", False, runs, "lat_p99_ms")
+        with ctx.guard(f"workload 1 confluent-kafka produce {tag}"):
+            runs, ctx.topics[f"ck-{tag}"] = produce_runs(ctx, "ck", tag, count, size)
+            ctx.record(f"1.ck.{tag}.mb_s", f"1 produce {count:,}x{size} B (confluent-kafka)", "MB/s", True, runs,
+                       "mb_s", ctx.ceilings.get(f"produce-{tag}"))
+
+
+def w2_consume(ctx: Context) -> None:
+    s = ctx.scale
+    for tag, count, size in (("1k", s.big, 1024), ("100b", s.small, 100)):
+        with ctx.guard(f"workload 2 ConsumerPerformance {tag}"):
+            topic = ctx.topics.get(f"java-{tag}")
+            if topic is None:  # workload 1 not selected (or failed): fill a topic first, not measured
+                topic = ctx.topic(f"java-{tag}")
+                wl.confluent("produce", ctx.broker.bootstrap, topic, count=count, size=size)
+                ctx.topics[f"java-{tag}"] = topic
+            runs = ctx.repeat(lambda topic=topic, count=count, size=size: wl.java_consume(  # type: ignore[misc]
+                ctx.libs, ctx.broker.bootstrap, topic, count, size))
+            ctx.record(f"2.java.{tag}.mb_s", f"2 consume {count:,}x{size} B (ConsumerPerformance)", "MB/s", True,
+                       runs, "mb_s")
+        with ctx.guard(f"workload 2 confluent-kafka consume {tag}"):
+            ctopic = ctx.topics.get(f"ck-{tag}", ctx.topics.get(f"java-{tag}"))
+            if ctopic is None:
+                continue
+            runs = ctx.repeat(lambda ctopic=ctopic, count=count, size=size: wl.confluent(  # type: ignore[misc]
+                "consume", ctx.broker.bootstrap, ctopic, count=count, size=size))
+            ctx.record(f"2.ck.{tag}.mb_s", f"2 consume {count:,}x{size} B (confluent-kafka)", "MB/s", True, runs,
+                       "mb_s")
+
+
+def w3_latency(ctx: Context) -> None:
+    s = ctx.scale
+    with ctx.guard("workload 3 confluent-kafka latency"):
+        topic = ctx.topic("lat")
+        run = wl.confluent("latency", ctx.broker.bootstrap, topic, rate=2000, seconds=s.latency_s, size=200,
+                           linger_ms=0, timeout=s.latency_s + 120)
+        for metric, name in (("lat_p50_ms", "p50"), ("lat_p99_ms", "p99"), ("lat_p999_ms", "p99.9"),
+                             ("lat_max_ms", "max")):
+            ctx.record(f"3.ck.{name}", f"3 e2e 2,000/s x 200 B {name} (confluent-kafka)", "ms", False, [run], metric)
+    with ctx.guard("workload 3 EndToEndLatency"):
+        topic = ctx.topic("e2e")
+        run = wl.java_end_to_end(ctx.libs, ctx.broker.bootstrap, topic, s.e2e_records, 200)
+        for metric, name in (("lat_p50_ms", "p50"), ("lat_p99_ms", "p99"), ("lat_p999_ms", "p99.9")):
+            ctx.record(f"3.java.{name}", f"3 e2e round trip {name} (EndToEndLatency)", "ms", False, [run], metric)
+
+
+def w4_partitions(ctx: Context) -> None:
+    count = ctx.scale.keyed
+    topic = None
+    figures: list[tuple[Figure, str]] = []
+    with ctx.guard("workload 4 keyed produce"):
+        runs, topic = produce_runs(ctx, "ck", "keyed64", count, 1024, partitions=64, keys=10_000)
+        figures.append((ctx.record("4.ck.produce.mb_s", f"4 produce {count:,}x1 KiB keyed, 64 partitions (confluent)",
+                                   "MB/s", True, runs, "mb_s", ctx.ceilings.get("produce-1k")), "1.ck.1k.mb_s"))
+    with ctx.guard("workload 4 consume"):
+        if topic is not None:
+            runs = ctx.repeat(lambda: wl.confluent("consume", ctx.broker.bootstrap, topic, count=count, size=1024))
+            figures.append((ctx.record("4.ck.consume.mb_s", "4 consume the same (confluent)", "MB/s", True, runs,
+                                       "mb_s"), "2.ck.1k.mb_s"))
+    for fig, base in figures:
+        if base in ctx.figures:
+            ctx.plain(fig.key.replace("mb_s", "ratio"), f"4   {fig.key.split('.')[2]}: 64 partitions / 1 partition", "x",
+                      True, fig.value / ctx.figures[base].value)
+
+
+def w5_idle(ctx: Context) -> None:
+    count = ctx.scale.big
+    with ctx.guard("workload 5"):
+        idle = wl.open_idle_connections(ctx.broker.host, ctx.broker.port, ctx.scale.idle)
+        try:
+            runs, _ = produce_runs(ctx, "java", "idle", count, 1024)
+            if not wl.idle_connections_alive(idle):
+                ctx.failures.append(f"{ctx.broker.name}: workload 5: the broker closed idle connections")
+        finally:
+            for sock in idle:
+                sock.close()
+        fig = ctx.record("5.java.1k.mb_s", f"5 produce {count:,}x1 KiB, {ctx.scale.idle:,} idle connections", "MB/s",
+                         True, runs, "mb_s")
+        if "1.java.1k.mb_s" in ctx.figures:
+            ctx.plain("5.slowdown", "5   slowdown vs workload 1", "%", False,
+                      (1 - fig.value / ctx.figures["1.java.1k.mb_s"].value) * 100)
+
+
+def w6_many_partitions(ctx: Context) -> None:
+    n = ctx.scale.many_partitions
+    name = f"many-{uuid.uuid4().hex[:6]}"
+    with ctx.guard("workload 6 create"):
+        started = time.monotonic()
+        create_topics(ctx.broker.bootstrap, {name: n}, timeout=600)
+        ctx.plain("6.create_s", f"6 create {n:,} partitions, until all led", "s", False, time.monotonic() - started)
+        ctx.plain("6.rss_created", "6   RSS after creating them", "MiB", False, ctx.broker.rss_bytes() / wl.MIB)
+        ctx.plain("6.fds", "6   open file descriptors", "", False, ctx.broker.open_fds())
+    if ctx.broker.name == "tansu" or "6.create_s" not in ctx.figures:
+        return  # Tansu's memory engine starts empty after a restart
+    assert ctx.broker.restart is not None
+    with ctx.guard("workload 6 restart"):
+        ctx.broker.stop(timeout=300)
+        started = time.monotonic()
+        ctx.broker = ctx.broker.restart()
+        wait_for_leaders(ctx.broker.bootstrap, {name: n}, timeout=600)
+        ctx.plain("6.restart_s", f"6 restart with {n:,} partitions: until all led", "s", False,
+                  time.monotonic() - started)
+        ctx.plain("6.rss_restarted", "6   RSS after restart", "MiB", False, ctx.broker.rss_bytes() / wl.MIB)
+
+
+WORKLOADS: dict[int, Callable[[Context], None]] = {
+    1: w1_produce, 2: w2_consume, 3: w3_latency, 4: w4_partitions, 5: w5_idle, 6: w6_many_partitions,
+}
+
+
+# --- driver ----------------------------------------------------------------------------------------------
+
+def measure_ceilings(scale: Scale) -> dict[str, float]:
+    """confluent-kafka produce against librdkafka's mock cluster: the tool's own ceiling."""
+    ceilings = {}
+    for tag, count, size in (("1k", scale.big, 1024), ("100b", scale.small, 100)):
+        run = wl.confluent("produce", "mock", f"ceiling-{tag}", count=count, size=size)
+        ceilings[f"produce-{tag}"] = run.figures["mb_s"]
+        print(f"  ceiling: confluent-kafka produce {tag} against the mock cluster: {run.figures['mb_s']:.0f} MB/s "
+              f"({run.client_cores:.2f} cores)", file=sys.stderr)
+    return ceilings
+
+
+def start(name: str, workdir: Path, libs: Path, args: argparse.Namespace) -> peers.Broker:
+    if name == "tidelog":
+        return peers.start_tidelog(workdir / "tidelog", loop=args.tidelog_loop)
+    if name == "kafka":
+        return peers.start_kafka(workdir / "kafka", libs)
+    return peers.start_tansu(workdir / "tansu")
+
+
+def run_broker(name: str, args: argparse.Namespace, scale: Scale, libs: Path, ceilings: dict[str, float],
+               workdir: Path) -> Context:
+    load_before = os.getloadavg()
+    broker = start(name, workdir, libs, args)
+    print(f"== {name} on {broker.bootstrap} (started in {broker.startup_s:.1f} s; load {load_before[0]:.2f})",
+          file=sys.stderr)
+    ctx = Context(args, scale, libs, ceilings, broker)
+    ctx.plain("0.startup_s", "0 start-up, empty (until ApiVersions)", "s", False, broker.startup_s)
+    ctx.plain("0.rss", "0 RSS idle after start", "MiB", False, broker.rss_bytes() / wl.MIB)
+    try:
+        for number in args.workloads:
+            ctx.broker.reset_peak_rss()
+            cpu = ctx.broker.cpu_seconds()
+            began = time.monotonic()
+            WORKLOADS[number](ctx)
+            if number != 6:  # workload 6 restarts the broker: its own figures say it
+                ctx.plain(f"{number}.cpu_s", f"{number}   broker CPU seconds (whole workload)", "s", False,
+                          ctx.broker.cpu_seconds() - cpu)
+                ctx.plain(f"{number}.peak_rss", f"{number}   broker peak RSS", "MiB", False,
+                          ctx.broker.peak_rss_bytes() / wl.MIB)
+            print(f"  workload {number} done in {time.monotonic() - began:.0f} s", file=sys.stderr)
+    finally:
+        ctx.broker.stop()
+    ctx.plain("9.load", "load average (1 min) after the run", "", False, os.getloadavg()[0])
+    return ctx
+
+
+def raise_fd_limit() -> None:
+    """Brokers inherit this: many partitions need several descriptors each."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    print(f"RLIMIT_NOFILE {soft} -> {hard}", file=sys.stderr)
+
+
+def fmt(figure: Figure | None) -> str:
+    if figure is None:
+        return "-"
+    v = figure.value
+    text = f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
+    return text + (" c" if figure.client_bound else "")
+
+
+def table(results: dict[str, Context]) -> str:
+    names = list(results)
+    keys: list[str] = []
+    for ctx in results.values():
+        keys += [k for k in ctx.figures if k not in keys]
+    keys.sort(key=lambda k: (k.split(".")[0], list(next(c for c in results.values() if k in c.figures).figures).index(k)))
+    peers_ = [n for n in names if n != "tidelog"] if "tidelog" in names else []
+    header = ["figure", "unit", *names, *[f"tidelog/{p}" for p in peers_]]
+    rows = [header]
+    for key in keys:
+        first = next(c.figures[key] for c in results.values() if key in c.figures)
+        row = [first.label + ("" if first.higher_is_better else " (lower is better)" if first.unit else ""),
+               first.unit, *[fmt(results[n].figures.get(key)) for n in names]]
+        mine = results["tidelog"].figures.get(key) if "tidelog" in results else None
+        for p in peers_:
+            theirs = results[p].figures.get(key)
+            if mine is None or theirs is None or theirs.value == 0 or key.endswith(("ratio", "slowdown", "load")):
+                row.append("-")
+            else:
+                row.append(f"{mine.value / theirs.value:.2f}")
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller counts (see QUICK)")
+    parser.add_argument("--only", default=",".join(BROKERS), help="brokers, comma separated: tidelog,kafka,tansu")
+    parser.add_argument("--workloads", default="1,2,3,4,5,6", help="workload numbers, comma separated")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per throughput figure; the median is shown")
+    parser.add_argument("--workdir", help="where brokers keep their data (default: a temporary folder under /var/tmp)")
+    parser.add_argument("--json", help="write all figures and tool runs to this file")
+    parser.add_argument("--tidelog-loop", choices=["asyncio", "uvloop"], default="asyncio",
+                        help="the tidelog broker's event loop (default: asyncio, what `tidelog serve` runs)")
+    parser.add_argument("--keep", action="store_true", help="keep the brokers' folders (data and logs)")
+    parser.add_argument("--no-ceiling", action="store_true", help="skip the mock-cluster ceiling runs")
+    args = parser.parse_args()
+    args.workloads = sorted({int(w) for w in args.workloads.split(",")})
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    if unknown := set(names) - set(BROKERS):
+        parser.error(f"unknown brokers: {', '.join(sorted(unknown))}")
+    scale = QUICK if args.quick else Scale()
+    raise_fd_limit()
+
+    libs = peers.kafka_libs()
+    print(f"Apache Kafka {peers.kafka_version(libs)} tools from {libs}; load {os.getloadavg()}", file=sys.stderr)
+    ceilings = {} if args.no_ceiling else measure_ceilings(scale)
+    results: dict[str, Context] = {}
+    tmp = tempfile.mkdtemp(prefix="tidelog-compare-", dir=args.workdir or "/var/tmp")
+    try:
+        for name in names:
+            try:
+                results[name] = run_broker(name, args, scale, libs, ceilings, Path(tmp))
+            except peers.BrokerUnavailable as exc:
+                print(f"{name} unavailable: {exc}", file=sys.stderr)
+    finally:
+        if args.keep:
+            print(f"broker folders kept in {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(table(results))
+    print(f"\nc = client-bound (tool >= {CLIENT_BOUND_CORES} core, or >= {CLIENT_BOUND_SHARE:.0%} of its mock ceiling); "
+          f"ceilings: " + ", ".join(f"{k} {v:.0f} MB/s" for k, v in ceilings.items()))
+    for ctx in results.values():
+        for failure in ctx.failures:
+            print(f"FAILED {failure}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "scale": asdict(scale), "ceilings": ceilings, "args": {k: v for k, v in vars(args).items()},
+            "brokers": {n: {"figures": {k: asdict(f) for k, f in c.figures.items()}, "tool_runs": c.tool_runs,
+                            "notes": c.broker.notes, "failures": c.failures} for n, c in results.items()},
+        }, indent=1))
+
+
+if __name__ == "__main__":
+    main()

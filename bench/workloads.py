@@ -1,0 +1,361 @@
+"""Load tools for ``bench/compare.py``: Kafka's own perf tools and confluent-kafka processes.
+
+Every tool runs as its own process (so its CPU is not the driver's) and returns a ``ToolRun``: what it
+measured plus the CPU seconds the tool process used (from ``wait4``), which tells whether the client
+was the limit.
+
+- Kafka's tools (``org.apache.kafka.tools.*`` from kafka-tools, run with ``java -cp '<libs>/*'``):
+  ``ProducerPerformance``, ``ConsumerPerformance`` (fetch rate, excluding the group join) and
+  ``EndToEndLatency`` (one record at a time: produce, wait until consumed, repeat).
+- confluent-kafka tools, this file run as a script (``python bench/workloads.py produce|consume|latency
+  ...``, one JSON line on stdout). ``--bootstrap mock`` runs the same loop against librdkafka's
+  in-process mock cluster (``test.mock.num.brokers=1``): that figure is the tool's own ceiling.
+
+    python bench/workloads.py produce --bootstrap 127.0.0.1:9092 --topic t --count 100000 --size 1024
+    python bench/workloads.py consume --bootstrap mock --topic t --count 100000 --size 1024
+    python bench/workloads.py latency --bootstrap 127.0.0.1:9092 --topic lat --rate 2000 --seconds 20 --size 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MB = 1_000_000  # MB/s here is 10^6 bytes/s for every tool (Kafka's tools print 2^20; recomputed from records/s)
+MIB = 1 << 20
+HERE = Path(__file__).resolve()
+
+
+@dataclass
+class ToolRun:
+    """One load-tool run: its figures, wall time and the tool process's own CPU seconds."""
+
+    tool: str
+    figures: dict[str, float]
+    wall_s: float
+    cpu_s: float
+    output: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def client_cores(self) -> float:
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+class ToolFailed(Exception):
+    pass
+
+
+def run_tool(tool: str, command: list[str], timeout: float) -> tuple[str, float, float]:
+    """Run ``command``; (stdout, wall seconds, CPU seconds of the process and its children)."""
+    started = time.monotonic()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    timer = threading.Timer(timeout, process.kill)
+    timer.start()
+    try:
+        out_chunks: list[bytes] = []
+        err_chunks: list[bytes] = []
+        readers = [
+            threading.Thread(target=lambda: out_chunks.append(process.stdout.read() if process.stdout else b"")),
+            threading.Thread(target=lambda: err_chunks.append(process.stderr.read() if process.stderr else b"")),
+        ]
+        for reader in readers:
+            reader.start()
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        for reader in readers:
+            reader.join()
+    finally:
+        timer.cancel()
+    wall = time.monotonic() - started
+    stdout = b"".join(out_chunks).decode(errors="replace")
+    stderr = b"".join(err_chunks).decode(errors="replace")
+    if process.returncode != 0:
+        raise ToolFailed(f"{tool} exited with {process.returncode} after {wall:.1f} s:\n{stdout[-2000:]}\n{stderr[-2000:]}")
+    return stdout + ("\n" + stderr if stderr else ""), wall, usage.ru_utime + usage.ru_stime
+
+
+# --- Kafka's tools -----------------------------------------------------------------------------------
+
+def _java(libs: Path, main: str, *arguments: str) -> list[str]:
+    return ["java", "-Xmx1G", "-XX:+UseG1GC", "-Dlog4j2.level=WARN", "-cp", f"{libs}/*",
+            f"org.apache.kafka.tools.{main}", *arguments]
+
+
+PRODUCER_SUMMARY = re.compile(
+    r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, ([\d.]+) ms max latency"
+    r"(?:, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99.9th)?"
+)
+
+
+def java_produce(libs: Path, bootstrap: str, topic: str, count: int, size: int, props: dict[str, str],
+                 timeout: float = 600) -> ToolRun:
+    command = _java(libs, "ProducerPerformance", "--bootstrap-server", bootstrap, "--topic", topic,
+                    "--num-records", str(count), "--record-size", str(size), "--throughput", "-1",
+                    "--command-property", *[f"{k}={v}" for k, v in props.items()])
+    out, wall, cpu = run_tool("ProducerPerformance", command, timeout)
+    matches = PRODUCER_SUMMARY.findall(out)
+    if not matches:
+        raise ToolFailed(f"ProducerPerformance printed no summary:\n{out[-2000:]}")
+    sent, rate, _mib_s, avg, peak, p50, _p95, p99, p999 = matches[-1]
+    if int(sent) != count:
+        raise ToolFailed(f"ProducerPerformance sent {sent} of {count}:\n{out[-2000:]}")
+    figures = {"records_s": float(rate), "mb_s": float(rate) * size / MB, "lat_avg_ms": float(avg),
+               "lat_max_ms": float(peak)}
+    if p50:
+        figures |= {"lat_p50_ms": float(p50), "lat_p99_ms": float(p99), "lat_p999_ms": float(p999)}
+    return ToolRun("ProducerPerformance", figures, wall, cpu, out)
+
+
+def java_consume(libs: Path, bootstrap: str, topic: str, count: int, size: int, timeout: float = 600) -> ToolRun:
+    command = _java(libs, "ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic", topic,
+                    "--num-records", str(count), "--timeout", "30000",
+                    "--command-property", "auto.offset.reset=earliest", "enable.auto.commit=false")
+    out, wall, cpu = run_tool("ConsumerPerformance", command, timeout)
+    lines = [line for line in out.splitlines() if line.count(",") >= 9]
+    if len(lines) < 2:
+        raise ToolFailed(f"ConsumerPerformance printed no stats:\n{out[-2000:]}")
+    header = [h.strip() for h in lines[0].split(",")]
+    values = dict(zip(header, [v.strip() for v in lines[-1].split(",")], strict=False))
+    consumed = int(values["data.consumed.in.nMsg"])
+    if consumed < count:
+        raise ToolFailed(f"ConsumerPerformance consumed {consumed} of {count}:\n{out[-2000:]}")
+    records_s = float(values["fetch.nMsg.sec"])
+    figures = {"records_s": records_s, "mb_s": records_s * size / MB,
+               "rebalance_ms": float(values["rebalance.time.ms"]), "fetch_ms": float(values["fetch.time.ms"])}
+    return ToolRun("ConsumerPerformance", figures, wall, cpu, out)
+
+
+E2E_PERCENTILES = re.compile(r"Percentiles: 50th = ([\d.]+), 99th = ([\d.]+), 99.9th = ([\d.]+)")
+E2E_AVG = re.compile(r"Avg latency: ([\d.]+) ms")
+
+
+def java_end_to_end(libs: Path, bootstrap: str, topic: str, count: int, size: int, timeout: float = 600) -> ToolRun:
+    command = _java(libs, "EndToEndLatency", bootstrap, topic, str(count), "all", str(size))
+    out, wall, cpu = run_tool("EndToEndLatency", command, timeout)
+    percentiles, avg = E2E_PERCENTILES.search(out), E2E_AVG.search(out)
+    if percentiles is None or avg is None:
+        raise ToolFailed(f"EndToEndLatency printed no percentiles:\n{out[-2000:]}")
+    p50, p99, p999 = (float(v) for v in percentiles.groups())
+    figures = {"lat_avg_ms": float(avg.group(1)), "lat_p50_ms": p50, "lat_p99_ms": p99, "lat_p999_ms": p999}
+    return ToolRun("EndToEndLatency", figures, wall, cpu, out)
+
+
+# --- confluent-kafka tools (this file as a script) ---------------------------------------------------
+
+def confluent(mode: str, bootstrap: str, topic: str, timeout: float = 600, **options: object) -> ToolRun:
+    command = [sys.executable, str(HERE), mode, "--bootstrap", bootstrap, "--topic", topic]
+    for key, value in options.items():
+        command += [f"--{key.replace('_', '-')}", str(value)]
+    out, wall, cpu = run_tool(f"confluent-kafka {mode}", command, timeout)
+    result = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+    return ToolRun(f"confluent-kafka {mode}", result, wall, cpu, out)
+
+
+def _client_config(bootstrap: str) -> dict[str, Any]:
+    if bootstrap == "mock":
+        return {"bootstrap.servers": "mock", "test.mock.num.brokers": 1, "log_level": 3}
+    return {"bootstrap.servers": bootstrap, "log_level": 3}
+
+
+def _producer_config(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
+    return {
+        **_client_config(bootstrap),
+        "acks": args.acks, "linger.ms": args.linger_ms, "batch.size": args.batch_bytes,
+        "message.max.bytes": max(args.batch_bytes + 4096, 1_000_000),
+        "enable.idempotence": args.idempotence, "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+    }
+
+
+def _produce_loop(producer: Any, topic: str, count: int, size: int, keys: int) -> float:
+    payload = b"x" * size
+    produce, poll = producer.produce, producer.poll
+    started = time.perf_counter()
+    for i in range(count):
+        key = str(i % keys).encode() if keys else None
+        while True:
+            try:
+                produce(topic, payload, key)
+                break
+            except BufferError:
+                poll(0.005)
+    remaining = producer.flush(300)
+    if remaining:
+        raise SystemExit(f"{remaining} messages not delivered")
+    return time.perf_counter() - started
+
+
+def _errors_counter() -> tuple[list[int], Any]:
+    errors = [0]
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors[0] += 1
+    return errors, on_delivery
+
+
+def tool_produce(args: argparse.Namespace) -> dict[str, Any]:
+    from confluent_kafka import Producer
+
+    errors, on_delivery = _errors_counter()
+    producer = Producer({**_producer_config(args, args.bootstrap), "on_delivery": on_delivery})
+    producer.produce(args.topic, b"warm-up")  # connection, metadata, producer id: outside the timing
+    producer.flush(60)
+    elapsed = _produce_loop(producer, args.topic, args.count, args.size, args.keys)
+    if errors[0]:
+        raise SystemExit(f"{errors[0]} delivery errors")
+    return {"records_s": args.count / elapsed, "mb_s": args.count * args.size / elapsed / MB, "seconds": elapsed}
+
+
+def tool_consume(args: argparse.Namespace) -> dict[str, Any]:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    bootstrap = args.bootstrap
+    if bootstrap == "mock":  # fill the mock cluster first, then read it over a real socket
+        producer = Producer(_producer_config(args, "mock"))
+        _produce_loop(producer, args.topic, args.count, args.size, 0)
+        broker = next(iter(producer.list_topics(timeout=10).brokers.values()))
+        bootstrap = f"{broker.host}:{broker.port}"
+    consumer = Consumer({
+        **_client_config(bootstrap), "group.id": "bench-unused", "enable.auto.commit": False,
+        "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": MIB,
+        # Prefetch freely: consume(n, t) below returns as soon as 10,000 records are queued.
+        "queued.min.messages": 10_000_000, "queued.max.messages.kbytes": 1_048_576,
+    })
+    partitions = consumer.list_topics(args.topic, timeout=30).topics[args.topic].partitions
+    started = time.perf_counter()
+    consumer.assign([TopicPartition(args.topic, p, 0) for p in partitions])
+    seen = 0
+    deadline = time.monotonic() + 300
+    while seen < args.count and time.monotonic() < deadline:
+        for message in consumer.consume(10_000, 0.5):
+            if message.error() is None:
+                seen += 1
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    if seen < args.count:
+        raise SystemExit(f"consumed {seen} of {args.count}")
+    return {"records_s": seen / elapsed, "mb_s": seen * args.size / elapsed / MB, "seconds": elapsed}
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def tool_latency(args: argparse.Namespace) -> dict[str, Any]:
+    """Produce ``rate`` records/s for ``seconds`` (each carrying its send time), consume them, report."""
+    from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
+
+    consumer = Consumer({**_client_config(args.bootstrap), "group.id": "bench-unused", "enable.auto.commit": False,
+                         "fetch.wait.max.ms": 500, "fetch.min.bytes": 1})
+    consumer.assign([TopicPartition(args.topic, 0, OFFSET_END)])
+    consumer.consume(1, 2.0)  # let the assignment settle before the first record
+    producer = Producer({**_producer_config(args, args.bootstrap)})
+    producer.produce(args.topic, b"warm-up")
+    producer.flush(30)
+    total = int(args.rate * args.seconds)
+    padding = b"x" * max(0, args.size - 8)
+
+    def send() -> None:
+        interval = 1.0 / args.rate
+        start = time.monotonic()
+        for i in range(total):
+            due = start + i * interval
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            producer.produce(args.topic, struct.pack(">q", time.monotonic_ns()) + padding)
+            producer.poll(0)
+        producer.flush(30)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    latencies: list[float] = []
+    deadline = time.monotonic() + args.seconds + 30
+    while len(latencies) < total and time.monotonic() < deadline:
+        message = consumer.poll(0.1)  # consume(n, t) would wait for n records or t: poll returns the first
+        if message is None:
+            continue
+        now = time.monotonic_ns()
+        value = message.value()
+        if message.error() is None and value is not None and len(value) == args.size:
+            latencies.append((now - struct.unpack_from(">q", value)[0]) / 1e6)
+    sender.join()
+    consumer.close()
+    if len(latencies) < total:
+        raise SystemExit(f"received {len(latencies)} of {total}")
+    latencies.sort()
+    return {"lat_p50_ms": _percentile(latencies, 0.50), "lat_p99_ms": _percentile(latencies, 0.99),
+            "lat_p999_ms": _percentile(latencies, 0.999), "lat_max_ms": latencies[-1], "records": len(latencies)}
+
+
+# --- idle connections ----------------------------------------------------------------------------------
+
+def open_idle_connections(host: str, port: int, count: int) -> list[socket.socket]:
+    """``count`` connections that each had an ApiVersions answered and then say nothing."""
+    request = struct.pack(">hhih", 18, 0, 1, 4) + b"idle"
+    sockets = []
+    for _ in range(count):
+        sock = socket.create_connection((host, port), timeout=30)
+        sock.sendall(struct.pack(">i", len(request)) + request)
+        header = _recv_exactly(sock, 4)
+        _recv_exactly(sock, struct.unpack(">i", header)[0])
+        sockets.append(sock)
+    return sockets
+
+
+def idle_connections_alive(sockets: list[socket.socket]) -> bool:
+    for sock in sockets:
+        sock.setblocking(False)
+        try:
+            if sock.recv(1) == b"":
+                return False
+        except BlockingIOError:
+            pass
+    return True
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("closed by the broker")
+        data += chunk
+    return bytes(data)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=["produce", "consume", "latency"])
+    parser.add_argument("--bootstrap", required=True, help="HOST:PORT, or 'mock' for librdkafka's mock cluster")
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--count", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--keys", type=int, default=0, help="distinct keys (0: no key)")
+    parser.add_argument("--acks", default="all")
+    parser.add_argument("--linger-ms", type=int, default=5)
+    parser.add_argument("--batch-bytes", type=int, default=MIB)
+    parser.add_argument("--idempotence", default="true")
+    parser.add_argument("--rate", type=float, default=2000)
+    parser.add_argument("--seconds", type=float, default=20)
+    args = parser.parse_args()
+    args.idempotence = args.idempotence.lower() == "true"
+    result = {"produce": tool_produce, "consume": tool_consume, "latency": tool_latency}[args.mode](args)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
