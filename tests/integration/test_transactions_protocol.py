@@ -69,9 +69,9 @@ def test_transaction_apis_are_advertised_within_kafkas_client_ranges(client: Raw
 
 def test_init_refuses_timeouts_above_the_maximum_and_unknown_producers(client: RawClient) -> None:
     assert init(client, "a", timeout_ms=60_001)[0] == INVALID_TRANSACTION_TIMEOUT
-    assert init(client, "a", pid=12345, epoch=0)[0] == INVALID_PRODUCER_ID_MAPPING
-    error, pid, epoch = init(client, "a")
-    assert (error, epoch) == (NONE, 0) and pid >= 0
+    error, pid, epoch = init(client, "a", pid=12345, epoch=0)  # unknown id: starts afresh, as in Kafka
+    assert (error, epoch) == (NONE, 0) and pid not in (-1, 12345)
+    assert init(client, "a", pid=12345, epoch=0)[0] == PRODUCER_FENCED
 
 
 def test_add_partitions_and_end_txn_errors(client: RawClient, txn_broker: BrokerProcess) -> None:

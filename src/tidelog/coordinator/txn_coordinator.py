@@ -109,8 +109,7 @@ class TxnCoordinator:
             return Decision(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
         current = self.txns.get(transactional_id)
         if current is None or current.state is TxnState.DEAD:
-            if expected_pid != NO_PRODUCER:
-                return Decision(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+            # A new id starts afresh even when the request names a producer (Kafka does the same).
             value = TxnValue(allocate(), 0, timeout_ms, TxnState.EMPTY, frozenset(), now_ms, -1)
             return self._answer(transactional_id, value)
         if current.state in PREPARING:
