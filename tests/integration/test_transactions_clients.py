@@ -220,3 +220,22 @@ def test_offsets_sent_in_an_aborted_transaction_are_not_committed(txn_broker: Br
     producer.commit_transaction(10)
     assert consumer.committed([TopicPartition(source, 0)], 10)[0].offset == 7
     consumer.close()
+
+
+def test_a_transaction_left_open_across_a_broker_crash_is_aborted_after_its_timeout(txn_broker: BrokerProcess) -> None:
+    topic = create_topic(txn_broker.bootstrap, unique_topic())
+    vanished = txn_producer(txn_broker.bootstrap, "vanished", **{"transaction.timeout.ms": 4000})
+    vanished.begin_transaction()
+    vanished.produce(topic, b"orphan")
+    vanished.flush(10)
+    opened = time.monotonic()
+    txn_broker.kill9()
+    txn_broker.start()
+    plain = Producer({"bootstrap.servers": txn_broker.bootstrap})
+    plain.produce(topic, b"later")
+    plain.flush(10)
+    # The restarted coordinator replays the open transaction with its start time and aborts it once
+    # 4 s have passed; until then the orphan holds read_committed consumers back.
+    got = read_all(txn_broker.bootstrap, topic, "read_committed", expected=1, timeout=20)
+    assert got == [b"later"]
+    assert time.monotonic() - opened >= 4.0
