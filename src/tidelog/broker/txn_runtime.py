@@ -178,14 +178,18 @@ class TxnRuntime:
             if plog is None:
                 continue
             offset = plog.log_start_offset
-            while offset < plog.log_end_offset:
-                data = await loop.run_in_executor(None, plog.read, offset, LOAD_CHUNK)
-                if not data.ranges or data.end_offset <= offset:
-                    break
-                for record in decode_txn_batches(data.read_bytes()):
-                    self.core.replay(record)
-                    total += 1
-                offset = data.end_offset
+            try:
+                while offset < plog.log_end_offset:
+                    data = await loop.run_in_executor(None, plog.read, offset, LOAD_CHUNK)
+                    if not data.ranges or data.end_offset <= offset:
+                        break
+                    for record in decode_txn_batches(await loop.run_in_executor(None, data.read_bytes)):
+                        self.core.replay(record)
+                        total += 1
+                    offset = data.end_offset
+            except KafkaError as exc:
+                # The ids of this partition are lost until a restart reads it; the others are served.
+                log.error("loading %s-%d stopped at offset %d: %s", TXN_TOPIC, partition, offset, exc)
         self.core.num_partitions = count
         self.loaded = True
         log.info("loaded %s: %d records, %d transactional ids", TXN_TOPIC, total, len(self.core.txns))
