@@ -222,20 +222,30 @@ class PartitionLog:
         self.epoch_cache.truncate_from_end(leo)
         self.epoch_cache.truncate_from_start(self.log_start_offset)
         self.recovery_point = leo if self.recovered_unclean or clean else min(recovery_point, leo)
-        self._rebuild_producer_state(leo)
+        # Recovery reset the .txnindex of the segments it re-read: their aborts are indexed again.
+        reindex_from = self._segments[recover_from].base_offset if recover_from < len(self._segments) else None
+        self._rebuild_producer_state(leo, reindex_from)
 
     def _add_segment(self, seg: LogSegment) -> None:
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
 
-    def _rebuild_producer_state(self, leo: int) -> None:
-        self.producers.delete_snapshots(above=leo)
+    def _rebuild_producer_state(self, leo: int, reindex_from: int | None = None) -> None:
+        """Producer state at ``leo``: the newest usable snapshot, then the batches after it.
+
+        With ``reindex_from`` (the first offset whose segments' .txnindex was reset) the replay
+        starts at or before it and every abort it meets from there is appended to its segment's
+        .txnindex again.
+        """
+        self.producers.delete_snapshots(above=leo if reindex_from is None else min(leo, reindex_from))
         start = self.producers.load_snapshot(leo)
         if start < self.log_start_offset:
             self.producers.reset(self.log_start_offset)
             start = self.log_start_offset
         for seg, header, position in self._walk(start):
-            self._apply_producer(seg, header, position)
+            aborted = self._apply_producer(seg, header, position)
+            if aborted is not None and reindex_from is not None and header.base_offset >= reindex_from:
+                seg.txn_index.append(aborted)
         self.producers.map_end_offset = leo
 
     def _walk(self, start_offset: int) -> Iterator[tuple[LogSegment, BatchHeader, int]]:

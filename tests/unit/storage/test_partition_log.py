@@ -357,6 +357,23 @@ def test_aborted_transactions_are_indexed_and_bound_the_lso(open_log: LogFactory
     assert log.read(0, 1 << 20, isolation_committed=True).aborted == [txn]
 
 
+def test_unclean_recovery_keeps_the_aborted_transactions_of_the_segments_it_rereads(tmp_path: Path) -> None:
+    config = LogConfig(segment_bytes=400)
+    log = reopen(tmp_path, config, clean=False)
+    for pid in (5, 6, 7):  # one aborted transaction per segment, the last in the active one
+        log.append_as_leader(make_batch(3, pid=pid, epoch=0, seq=0, transactional=True), leader_epoch=0, now_ms=NOW)
+        log.append_as_leader(build_control_batch(ControlType.ABORT, pid, 1, 0, NOW), leader_epoch=0, now_ms=NOW,
+                             from_client=False)
+        log.flush()
+    before = log.aborted_transactions(0, log.log_end_offset)
+    assert [t.producer_id for t in before] == [5, 6, 7]
+    log.close(clean=False)
+    log = reopen(tmp_path, config, clean=False)
+    assert log.recovered_unclean
+    assert log.aborted_transactions(0, log.log_end_offset) == before
+    log.close(clean=False)
+
+
 def test_enospc_fails_the_append_without_a_partial_batch(open_log: LogFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     log = open_log()
     log.append_as_leader(make_batch(2), leader_epoch=0, now_ms=NOW)
