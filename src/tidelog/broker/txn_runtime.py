@@ -158,9 +158,12 @@ class TxnRuntime:
             self.core.num_partitions = len(existing.partitions)
             return ErrorCode.NONE
         config = self.ctx.config
+        # Replication factor and min ISR are capped to the live brokers: this one.
+        replicas = min(config.get_int("transaction.state.log.replication.factor"), 1)
+        min_isr = min(config.get_int("transaction.state.log.min.isr"), replicas)
         outcome = self.ctx.topics.create_topic(
-            TXN_TOPIC, config.get_int("transaction.state.log.num.partitions"), 1,
-            configs=[("cleanup.policy", "compact"), ("min.insync.replicas", "1"),
+            TXN_TOPIC, config.get_int("transaction.state.log.num.partitions"), replicas,
+            configs=[("cleanup.policy", "compact"), ("min.insync.replicas", str(min_isr)),
                      ("segment.bytes", str(config.get_int("transaction.state.log.segment.bytes")))],
         )
         if not outcome.ok or outcome.topic is None:
