@@ -240,7 +240,7 @@ class GroupRuntime:
             if count:
                 log.info("loaded %s-%d: %d records", OFFSETS_TOPIC, partition, count)
             self._wake.set()
-        await self._drain()
+        await self.drain()
 
     # ------------------------------------------------------------------------------- timers
 
@@ -255,13 +255,13 @@ class GroupRuntime:
                 pass
             try:
                 self.core.tick(self.ctx.now_ms())
-                await self._drain()
+                await self.drain()
             except Exception:
                 log.exception("group coordinator timer failed")
 
     # ----------------------------------------------------------------------- writes and answers
 
-    async def _drain(self) -> ErrorCode:
+    async def drain(self) -> ErrorCode:
         """Carry out every queued write and deliver every answer; the worst durability error, if any."""
         outcome = ErrorCode.NONE
         while self.core.has_output():
@@ -334,7 +334,7 @@ class GroupRuntime:
         """Run one coordinator call, then its writes; (its result, the durability error)."""
         result = fn()
         self._wake.set()
-        return result, await self._drain()
+        return result, await self.drain()
 
     async def _parked(self, start: Callable[[int], None]) -> JoinGroupResult | SyncGroupResult:
         self._next_waiter += 1
@@ -344,7 +344,7 @@ class GroupRuntime:
         try:
             start(waiter)
             self._wake.set()
-            await self._drain()
+            await self.drain()
             return await future
         finally:
             self._waiters.pop(waiter, None)

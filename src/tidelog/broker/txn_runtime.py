@@ -327,7 +327,7 @@ class TxnRuntime:
         if commit and value.producer_id not in manager.pending_txn:
             self._recover_offsets(value.producer_id, [p for _, p in partitions])
         manager.complete_txn(value.producer_id, commit, self.ctx.now_ms())
-        await groups._drain()  # the offset records queued above, fsynced
+        await groups.drain()  # the offset records queued above, fsynced
 
     def _recover_offsets(self, producer_id: int, partitions: list[int]) -> None:
         """After a restart: the offsets a preparing transaction sent, read back from its open
