@@ -316,12 +316,13 @@ class GroupCoordinator:
                 return DescribedGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND, GroupState.DEAD.value,
                                       error_message=message)
             return DescribedGroup(group_id, ErrorCode.NONE, GroupState.DEAD.value)
-        # Member metadata and assignments are shown only once the group is Stable (Kafka's rule).
+        # Member metadata is shown only once the group is Stable; the current assignment always
+        # (Kafka 4's describeNoMetadata keeps it during a rebalance).
         stable = group.is_state(GroupState.STABLE)
         members = tuple(
             DescribedMember(
                 m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                m.metadata(group.protocol_name) if stable else b"", m.assignment if stable else b"",
+                m.metadata(group.protocol_name) if stable else b"", m.assignment,
             )
             for m in group.members.values()
         )

@@ -25,13 +25,18 @@ def test_describe_shows_members_with_assignments_once_stable() -> None:
     assert all(m.client_host == "/127.0.0.1" and m.metadata for m in described.members)
 
 
-def test_describe_hides_metadata_during_a_rebalance() -> None:
+def test_describe_hides_metadata_but_keeps_assignments_during_a_rebalance() -> None:
     h = Harness()
     joined = h.stable_group("g", 2)
+    (before,) = h.coord.describe_groups(["g"], h.now, unknown_is_error=False)
     h.join("g", next(j for j in joined if j.members).member_id)
     (described,) = h.coord.describe_groups(["g"], h.now, unknown_is_error=False)
     assert described.state == "PreparingRebalance" and described.protocol_data == ""
-    assert all(m.metadata == b"" and m.assignment == b"" for m in described.members)
+    assert all(m.metadata == b"" for m in described.members)
+    # As Kafka 4: the members' current assignments stay visible while the group rebalances.
+    assert {m.member_id: m.assignment for m in described.members} == {
+        m.member_id: m.assignment for m in before.members
+    }
 
 
 @pytest.mark.parametrize(
