@@ -31,3 +31,19 @@ def test_malformed_override_is_refused(bad: str) -> None:
 def test_missing_properties_file_is_refused() -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_broker_config("/nonexistent/server.properties", [], {})
+
+
+def test_serve_raises_the_soft_open_files_limit_to_the_hard_one() -> None:
+    import logging
+    import resource
+
+    from tidelog.cli.serve import raise_open_files_limit
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
+        now = raise_open_files_limit(logging.getLogger("test"))
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == now
+        assert now == hard or hard == resource.RLIM_INFINITY
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import pathlib
+import resource
 import sys
 from typing import Any
 
@@ -61,6 +62,23 @@ def add_parser(sub: Any) -> None:
     serve.set_defaults(func=serve_command)
 
 
+def raise_open_files_limit(log: logging.Logger) -> int:
+    """Raise the soft open-files limit to the hard one, as the JVM does for Kafka at start.
+
+    A broker keeps several files open per partition (log and indexes) and one socket per client; the
+    usual soft limit of 1024 would cap it far below what the machine allows. Returns the limit in force.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1_048_576)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open files limit from %d to %d: %s", soft, target, exc)
+    return soft
+
+
 def serve_command(args: argparse.Namespace) -> int:
     from tidelog.broker.node import BrokerNode
 
@@ -71,6 +89,7 @@ def serve_command(args: argparse.Namespace) -> int:
         for key in config.unknown:
             log.warning("unknown configuration key %r ignored", key)
         node = BrokerNode(config)
+        raise_open_files_limit(log)
     except ConfigError as exc:
         print(f"tidelog: configuration error: {exc}", file=sys.stderr)
         return 2
