@@ -10,6 +10,7 @@ marker.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import pathlib
 import signal
@@ -87,7 +88,8 @@ class BrokerNode:
         self.config.dynamic = dict(store.image.broker_configs)
         self.logs = LogManager.from_broker_config(self.log_dirs, self.config)
 
-        def config_for(topic: str) -> LogConfig:
+        @functools.cache
+        def config_for(topic: str) -> LogConfig:  # once per topic, not once per partition
             known = store.image.topics.get(topic)
             return LogConfig.from_topic_config(resolve_topic_config(self.config, known.configs if known else {}))
 

@@ -220,15 +220,17 @@ class TopicAdmin:
     # -- start-up --------------------------------------------------------------------------------
 
     def reconcile_logs(self) -> None:
-        """Create logs the image names but the disk lacks; delete logs of topics no longer in the image."""
+        """Create logs the image names but the disk lacks; delete logs of topics no longer in the image.
+
+        Logs found on disk were opened with their topic's settings already (LogManager.startup).
+        """
         image = self.store.image
         for topic in image.topics.values():
-            log_config = self.log_config(topic)
-            for partition in topic.partitions:
-                if self.logs.get_log(topic.name, partition.index) is None:
-                    self.logs.create_log(topic.name, partition.index, log_config)
-                else:
-                    self.logs.update_config(topic.name, log_config)
+            missing = [p.index for p in topic.partitions if self.logs.get_log(topic.name, p.index) is None]
+            if missing:
+                log_config = self.log_config(topic)
+                for index in missing:
+                    self.logs.create_log(topic.name, index, log_config)
         for topic_name, index in list(self.logs.all_partitions()):
             known = image.topics.get(topic_name)
             if known is None or index >= len(known.partitions):

@@ -326,6 +326,8 @@ class _BrokerCatalogue(dict[str, Setting]):
 
 
 BROKER_SETTINGS: dict[str, Setting] = _BrokerCatalogue({s.name: s for s in _BROKER + _BROKER_DEFAULTS})
+# Kafka's "static defaults": the broker keys whose default is set (DescribeConfigs' DEFAULT_CONFIG).
+_STATIC_DEFAULTS: dict[str, Value] = {k: s.default for k, s in BROKER_SETTINGS.items() if s.default is not None}
 
 
 # Broker keys that stand for the same setting in other units (Kafka's brokerConfigSynonyms), most
@@ -430,7 +432,7 @@ class BrokerConfig:
         for values, source in (
             (self.dynamic, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
             (self.static, ConfigSource.STATIC_BROKER_CONFIG),
-            ({k: s.default for k, s in BROKER_SETTINGS.items() if s.default is not None}, ConfigSource.DEFAULT_CONFIG),
+            (_STATIC_DEFAULTS, ConfigSource.DEFAULT_CONFIG),
         ):
             found.extend((name, values[name], source) for name in chain if name in values)
         while found and found[0][0] != key:

@@ -37,10 +37,24 @@ import abc
 import bisect
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
+
+
+def with_existing_file(path: Path, action: Callable[[int], object]) -> None:
+    """Run ``action`` on a short-lived descriptor of ``path``; a file removed meanwhile is skipped
+    (its segment was deleted; indexes are rebuilt from the log whenever they are missing)."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return
+    try:
+        action(fd)
+    finally:
+        os.close(fd)
 
 
 class IndexCorrupt(ValueError):
@@ -56,17 +70,26 @@ class _Index(abc.ABC):
         self.max_entries = max(1, max_bytes // self.entry.size)
         self.keys: list[int] = []  # offsets (OffsetIndex) or timestamps (TimeIndex), absolute
         self.values: list[int] = []  # positions (OffsetIndex) or absolute offsets (TimeIndex)
-        flags = os.O_RDWR | os.O_CREAT | (0 if load else os.O_TRUNC)
-        self._fd = os.open(path, flags, 0o644)
+        # The file is opened only while it is read or written, never held: a broker with thousands of
+        # partitions would otherwise spend three descriptors per segment on indexes it rarely touches
+        # (entries live in memory; the file is appended at flush, roll and close).
         self._written = 0
+        self._closed = False
         if load:
-            self._load()
+            with open(path, "a+b") as handle:  # created empty when missing: rebuilt from the log
+                handle.seek(0)
+                data = handle.read()
+            self._load(data)
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
 
-    def _load(self) -> None:
-        size = os.fstat(self._fd).st_size
+    def _with_file(self, action: Callable[[int], object]) -> None:
+        with_existing_file(self.path, action)
+
+    def _load(self, data: bytes) -> None:
+        size = len(data)
         if size % self.entry.size:
             raise IndexCorrupt(f"{self.path}: size {size} is not a multiple of {self.entry.size}")
-        data = os.pread(self._fd, size, 0)
         for a, b in self.entry.iter_unpack(data):
             self._load_entry(a, b)
         self._written = len(self.keys)
@@ -95,17 +118,18 @@ class _Index(abc.ABC):
         if self._written == len(self.keys):
             return
         data = b"".join(self._pack(i) for i in range(self._written, len(self.keys)))
-        os.pwrite(self._fd, data, self._written * self.entry.size)
+        start = self._written * self.entry.size
+        self._with_file(lambda fd: os.pwrite(fd, data, start))
         self._written = len(self.keys)
 
     def fsync(self) -> None:
-        os.fsync(self._fd)
+        self._with_file(os.fsync)
 
     def _truncate_entries(self, keep: int) -> None:
         del self.keys[keep:]
         del self.values[keep:]
         if self._written > keep:
-            os.ftruncate(self._fd, keep * self.entry.size)
+            self._with_file(lambda fd: os.ftruncate(fd, keep * self.entry.size))
             self._written = keep
 
     def reset(self) -> None:
@@ -113,10 +137,9 @@ class _Index(abc.ABC):
         self._truncate_entries(0)
 
     def close(self) -> None:
-        if self._fd >= 0:
+        if not self._closed:
             self.write_pending()
-            os.close(self._fd)
-            self._fd = -1
+            self._closed = True
 
     def rename(self, path: Path) -> None:
         os.replace(self.path, path)

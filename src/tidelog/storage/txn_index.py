@@ -22,6 +22,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidelog.storage.index import with_existing_file
+
 _ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = _ENTRY.size
 
@@ -39,21 +41,26 @@ class TxnIndex:
 
     def __init__(self, path: Path, *, load: bool) -> None:
         self.path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | (0 if load else os.O_TRUNC), 0o644)
         self.entries: list[AbortedTxn] = []
-        if load:
-            size = os.fstat(self._fd).st_size
-            data = os.pread(self._fd, size - size % ENTRY_SIZE, 0)
-            for version, pid, first, last, lso in _ENTRY.iter_unpack(data):
-                if version != 0:
-                    break
-                self.entries.append(AbortedTxn(pid, first, last, lso))
-            if len(self.entries) * ENTRY_SIZE != size:
-                os.ftruncate(self._fd, len(self.entries) * ENTRY_SIZE)
+        # Opened only while read or written (see index.py): no descriptor held per segment.
+        if not load:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+            return
+        with open(path, "a+b") as handle:
+            handle.seek(0)
+            data = handle.read()
+        size = len(data)
+        for version, pid, first, last, lso in _ENTRY.iter_unpack(data[: size - size % ENTRY_SIZE]):
+            if version != 0:
+                break
+            self.entries.append(AbortedTxn(pid, first, last, lso))
+        if len(self.entries) * ENTRY_SIZE != size:
+            os.truncate(path, len(self.entries) * ENTRY_SIZE)
 
     def append(self, txn: AbortedTxn) -> None:
         data = _ENTRY.pack(0, txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset)
-        os.pwrite(self._fd, data, len(self.entries) * ENTRY_SIZE)
+        start = len(self.entries) * ENTRY_SIZE
+        with_existing_file(self.path, lambda fd: os.pwrite(fd, data, start))
         self.entries.append(txn)
 
     def collect(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
@@ -65,18 +72,16 @@ class TxnIndex:
         keep = [t for t in self.entries if t.last_offset < offset]
         if len(keep) != len(self.entries):
             self.entries = keep
-            os.ftruncate(self._fd, len(keep) * ENTRY_SIZE)
+            with_existing_file(self.path, lambda fd: os.ftruncate(fd, len(keep) * ENTRY_SIZE))
 
     def reset(self) -> None:
         self.truncate_to(-1)
 
     def fsync(self) -> None:
-        os.fsync(self._fd)
+        with_existing_file(self.path, os.fsync)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Nothing is held open; kept for the segment's close sequence."""
 
     def rename(self, path: Path) -> None:
         os.replace(self.path, path)
