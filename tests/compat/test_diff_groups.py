@@ -22,6 +22,7 @@ from helpers.raw_client import RawClient
 from tidelog.protocol.apis import ApiKey
 
 COORDINATOR_NOT_AVAILABLE = 15
+COORDINATOR_LOAD_IN_PROGRESS = 14
 MEMBER_ID_REQUIRED = 79
 V_JOIN, V_SYNC, V_HEARTBEAT, V_LEAVE = 9, 5, 4, 5
 V_COMMIT, V_FETCH, V_DESCRIBE = 9, 9, 5
@@ -51,6 +52,15 @@ def find_coordinator(b: Broker, label: str | None, group: str) -> Any:
         response = b.quiet(req)
         codes = [c.error_code for c in getattr(response, "coordinators", ())]
         if COORDINATOR_NOT_AVAILABLE not in codes:
+            break
+        time.sleep(0.1)
+    # The coordinator may still be loading its __consumer_offsets partition (Kafka answers
+    # COORDINATOR_LOAD_IN_PROGRESS meanwhile, which clients retry): wait until a side-effect-free
+    # DescribeGroups for this group is answered without it.
+    describe_req = request(ApiKey.DESCRIBE_GROUPS, V_DESCRIBE, groups=[group], include_authorized_operations=False)
+    for _ in range(100):
+        described = b.quiet(describe_req)
+        if all(g.error_code != COORDINATOR_LOAD_IN_PROGRESS for g in getattr(described, "groups", ())):
             break
         time.sleep(0.1)
     if label is not None:
