@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,10 +37,10 @@ from confluent_kafka.admin import (
 from tidelog.cli.common import (
     CliError,
     Output,
-    add_connection_options,
     add_json_option,
     admin_client,
     client_config,
+    command_adder,
     result,
 )
 from tidelog.common.config import parse_properties
@@ -85,12 +85,7 @@ def add_parser(sub: Any) -> None:
     )
     commands = acls.add_subparsers(dest="acls_command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str, func: Callable[[argparse.Namespace], int], description: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = commands.add_parser(
-            name, help=help, description=description, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-        parser.set_defaults(func=func)
-        add_connection_options(parser)
-        return parser
+    command = command_adder(commands, EXAMPLES)
 
     add = command("add", "create ACLs", _add, "Create one ACL per resource, principal, host and operation.")
     _binding_options(add, pattern_default="literal", pattern_choices=("literal", "prefixed"))

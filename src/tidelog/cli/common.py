@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -183,3 +183,21 @@ def _cell(value: object) -> Text:
     if isinstance(value, list | tuple):
         return Text(",".join(str(item) for item in value) or "-")
     return Text(str(value))
+
+
+def command_adder(commands: Any, examples: str) -> Callable[..., argparse.ArgumentParser]:
+    """A function adding one subcommand to ``commands``: its help, description (the help when not
+    given), the shared examples epilog, the function it runs, and the connection options."""
+
+    def command(
+        name: str, help: str, func: Callable[[argparse.Namespace], int], description: str | None = None
+    ) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = commands.add_parser(
+            name, help=help, description=description or help, epilog=examples,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        parser.set_defaults(func=func)
+        add_connection_options(parser)
+        return parser
+
+    return command

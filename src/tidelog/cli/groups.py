@@ -17,7 +17,7 @@ import re
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -47,9 +47,9 @@ from kio.static.protocol import Entity
 from tidelog.cli.common import (
     CliError,
     Output,
-    add_connection_options,
     add_json_option,
     client_config,
+    command_adder,
     kafka_error_text,
     result,
 )
@@ -205,12 +205,7 @@ def add_parser(sub: Any) -> None:
     )
     commands = groups.add_subparsers(dest="groups_command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str, func: Callable[[argparse.Namespace], int], description: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = commands.add_parser(
-            name, help=help, description=description, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-        parser.set_defaults(func=func)
-        add_connection_options(parser)
-        return parser
+    command = command_adder(commands, EXAMPLES)
 
     listing = command("list", "list groups", _list, "List consumer groups with their type (classic or consumer) and state.")
     listing.add_argument("--state", action="append", default=[], metavar="STATE",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,9 +22,9 @@ from confluent_kafka.admin import (
 from tidelog.cli.common import (
     CliError,
     Output,
-    add_connection_options,
     add_json_option,
     admin_client,
+    command_adder,
     kafka_error_text,
     parse_assignments,
     result,
@@ -52,13 +51,7 @@ def add_parser(sub: Any) -> None:
     )
     commands = topics.add_subparsers(dest="topics_command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str, func: Callable[[argparse.Namespace], int], description: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = commands.add_parser(
-            name, help=help, description=description, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter
-        )
-        parser.set_defaults(func=func)
-        add_connection_options(parser)
-        return parser
+    command = command_adder(commands, EXAMPLES)
 
     create = command("create", "create topics", _create, "Create topics. Unset --partitions and --replication-factor "
                      "take the broker's num.partitions and default.replication.factor.")

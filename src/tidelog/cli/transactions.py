@@ -35,9 +35,9 @@ from kio.static.primitive import i8, i16, i32, i64
 from tidelog.cli.common import (
     CliError,
     Output,
-    add_connection_options,
     add_json_option,
     client_config,
+    command_adder,
     kafka_error_text,
 )
 from tidelog.common.errors import ErrorCode
@@ -62,12 +62,7 @@ def add_parser(sub: Any) -> None:
                           epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = txns.add_subparsers(dest="transactions_command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str, func: Any) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = commands.add_parser(name, help=help, description=help, epilog=EXAMPLES,
-                                                              formatter_class=argparse.RawDescriptionHelpFormatter)
-        parser.set_defaults(func=func)
-        add_connection_options(parser)
-        return parser
+    command = command_adder(commands, EXAMPLES)
 
     listing = command("list", "list the transactional ids the coordinators know", _list)
     listing.add_argument("--state", action="append", default=[], help="only this state (repeatable): Empty, Ongoing, "

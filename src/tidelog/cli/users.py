@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,9 @@ from confluent_kafka.admin import (
 from tidelog.cli.common import (
     CliError,
     Output,
-    add_connection_options,
     add_json_option,
     admin_client,
+    command_adder,
     error_code_name,
     result,
 )
@@ -60,12 +59,7 @@ def add_parser(sub: Any) -> None:
     )
     commands = users.add_subparsers(dest="users_command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str, func: Callable[[argparse.Namespace], int], description: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = commands.add_parser(
-            name, help=help, description=description, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-        parser.set_defaults(func=func)
-        add_connection_options(parser)
-        return parser
+    command = command_adder(commands, EXAMPLES)
 
     add = command("add", "create a user or replace its password", _add,
                   "Store a SCRAM credential for a user. The password comes from --password, --password-file, "
