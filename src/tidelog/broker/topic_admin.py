@@ -114,9 +114,7 @@ class TopicAdmin:
         if validate_only:
             return Outcome(topic=topic)
         self.store.commit(self.store.image.with_topic(topic))
-        log_config = self.log_config(topic)
-        for partition in topic.partitions:
-            self.logs.create_log(name, partition.index, log_config)
+        self.logs.create_logs(name, [p.index for p in topic.partitions], self.log_config(topic))
         log.info("created topic %s with %d partition(s)", name, num_partitions)
         return Outcome(topic=topic)
 
@@ -187,9 +185,7 @@ class TopicAdmin:
         if validate_only:
             return Outcome(topic=grown)
         self.store.commit(self.store.image.with_topic(grown))
-        log_config = self.log_config(grown)
-        for partition in grown.partitions[current:]:
-            self.logs.create_log(name, partition.index, log_config)
+        self.logs.create_logs(name, [p.index for p in grown.partitions[current:]], self.log_config(grown))
         return Outcome(topic=grown)
 
     # -- configs ---------------------------------------------------------------------------------
@@ -228,9 +224,7 @@ class TopicAdmin:
         for topic in image.topics.values():
             missing = [p.index for p in topic.partitions if self.logs.get_log(topic.name, p.index) is None]
             if missing:
-                log_config = self.log_config(topic)
-                for index in missing:
-                    self.logs.create_log(topic.name, index, log_config)
+                self.logs.create_logs(topic.name, missing, self.log_config(topic))
         for topic_name, index in list(self.logs.all_partitions()):
             known = image.topics.get(topic_name)
             if known is None or index >= len(known.partitions):

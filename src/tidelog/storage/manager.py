@@ -278,28 +278,45 @@ class LogManager:
 
     def create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> PartitionLog:
         """The partition's log, created in the least-loaded online dir if it does not exist."""
-        key = (topic, partition)
+        return self.create_logs(topic, [partition], config)[0]
+
+    def create_logs(self, topic: str, partitions: Iterable[int], config: LogConfig | None = None) -> list[PartitionLog]:
+        """Logs of several partitions of ``topic`` (existing ones returned as they are), each new one
+        in the least-loaded online dir; every dir that got a new log is fsynced once at the end."""
         with self._lock:
-            existing = self._logs.get(key)
-            if existing is not None:
-                return existing
             online = [d for d in self.dirs if not d.offline]
-            if not online:
-                raise StorageError("every log dir is offline")
             counts = {id(d): 0 for d in online}
             for owner in self._log_dir.values():
                 if id(owner) in counts:
                     counts[id(owner)] += 1
-            d = min(online, key=lambda x: counts[id(x)])
-            try:
-                created = self._open_log(d, d.path / f"{topic}-{partition}", config or self.default_config, 0, 0)
-                fsync_dir(d.path)
-            except OSError as exc:
-                self._take_offline(d, exc)
-                raise StorageError(f"cannot create {topic}-{partition} in {d.path}: {exc}") from exc
-            self._logs[key] = created
-            self._log_dir[key] = d
-            return created
+            touched: dict[int, _LogDir] = {}
+            logs: list[PartitionLog] = []
+            for partition in partitions:
+                key = (topic, partition)
+                existing = self._logs.get(key)
+                if existing is not None:
+                    logs.append(existing)
+                    continue
+                if not online:
+                    raise StorageError("every log dir is offline")
+                d = min(online, key=lambda x: counts[id(x)])
+                try:
+                    created = self._open_log(d, d.path / f"{topic}-{partition}", config or self.default_config, 0, 0)
+                except OSError as exc:
+                    self._take_offline(d, exc)
+                    raise StorageError(f"cannot create {topic}-{partition} in {d.path}: {exc}") from exc
+                self._logs[key] = created
+                self._log_dir[key] = d
+                counts[id(d)] += 1
+                touched[id(d)] = d
+                logs.append(created)
+            for d in touched.values():
+                try:
+                    fsync_dir(d.path)  # the new partition folders are durable names from here on
+                except OSError as exc:
+                    self._take_offline(d, exc)
+                    raise StorageError(f"cannot create logs of {topic} in {d.path}: {exc}") from exc
+            return logs
 
     def delete_log(self, topic: str, partition: int) -> None:
         """Close the log, rename its dir ``<topic>-<p>.<uuid>-delete`` and remove it in the background."""
