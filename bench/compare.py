@@ -410,8 +410,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per throughput figure; the median is shown")
     parser.add_argument("--workdir", help="where brokers keep their data (default: a temporary folder under /var/tmp)")
     parser.add_argument("--json", help="write all figures and tool runs to this file")
-    parser.add_argument("--tidelog-loop", choices=["asyncio", "uvloop"], default="asyncio",
-                        help="the tidelog broker's event loop (default: asyncio, what `tidelog serve` runs)")
+    parser.add_argument("--tidelog-loop", choices=["asyncio", "uvloop"], default="uvloop",
+                        help="the tidelog broker's event loop (default: uvloop, what `tidelog serve` runs when it is installed)")
     parser.add_argument("--partitions", type=int, help="partitions of workload 6 (default 10,000; --quick 2,000)")
     parser.add_argument("--keep", action="store_true", help="keep the brokers' folders (data and logs)")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the mock-cluster ceiling runs")

@@ -191,21 +191,13 @@ def _wait_ready(broker: Broker, started: float, timeout: float) -> Broker:
     raise BrokerUnavailable(f"{broker.name} did not answer ApiVersions within {timeout:.0f} s\n{broker.log_tail()}")
 
 
-# ``python -m tidelog serve`` on uvloop's event loop, without a setting in tidelog for it (bench only).
-UVLOOP_LAUNCHER = (
-    "import asyncio, sys, uvloop; asyncio.set_event_loop_policy(uvloop.EventLoopPolicy()); "
-    "from tidelog.cli.main import main; sys.exit(main(sys.argv[1:]))"
-)
-
-
 def start_tidelog(workdir: Path, overrides: Mapping[str, str] | None = None, port: int | None = None,
-                  env: Mapping[str, str] | None = None, timeout: float = 120.0, loop: str = "asyncio") -> Broker:
-    """tidelog on ``loop``: "asyncio" (what ``tidelog serve`` runs) or "uvloop"."""
+                  env: Mapping[str, str] | None = None, timeout: float = 120.0, loop: str = "uvloop") -> Broker:
+    """tidelog on ``loop``: "uvloop" (what ``tidelog serve`` runs when uvloop is installed) or "asyncio"."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     settings = {"listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(workdir / "data"), **(overrides or {})}
-    launcher = ["-c", UVLOOP_LAUNCHER] if loop == "uvloop" else ["-m", "tidelog"]
-    command = [sys.executable, *launcher, "serve"]
+    command = [sys.executable, "-m", "tidelog", "serve", "--event-loop", loop]
     for key, value in settings.items():
         command += ["--override", f"{key}={value}"]
     log_path = workdir / "tidelog.log"
@@ -214,8 +206,7 @@ def start_tidelog(workdir: Path, overrides: Mapping[str, str] | None = None, por
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=workdir,
                                    env={**os.environ, **(env or {})})
     broker = Broker("tidelog", "127.0.0.1", port, process, workdir, log_path)
-    if loop != "asyncio":
-        broker.notes.append(f"event loop: {loop}")
+    broker.notes.append(f"event loop: {loop}")
     broker.restart = lambda: start_tidelog(workdir, overrides, port, env, timeout, loop)
     return _wait_ready(broker, started, timeout)
 
