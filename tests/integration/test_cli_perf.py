@@ -2,42 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
+from helpers.cli_runner import Run, run_cli
 from helpers.clients import consume, watermarks
-from tidelog.cli.main import main
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
 
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], bootstrap: str) -> Callable[..., Run]:
-    def run(*argv: str) -> Run:
-        root = logging.getLogger()
-        handlers, level = list(root.handlers), root.level
-        try:
-            code = main([*argv, "-b", bootstrap])
-        finally:
-            root.handlers[:] = handlers
-            root.setLevel(level)
-        captured = capsys.readouterr()
-        return Run(code, captured.out, captured.err)
-
-    return run
+    """Run ``tidelog ARGS -b <session broker>`` in process."""
+    return lambda *argv: run_cli(capsys, *argv, "-b", bootstrap)
 
 
 def assert_sane_latency(latency: dict[str, float]) -> None:

@@ -2,44 +2,19 @@
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
 from confluent_kafka.admin import ConfigResource, ResourceType
 
+from helpers.cli_runner import Run, run_cli
 from helpers.clients import admin_client, produce_all, producer, topic_partition_count, unique_topic
-from tidelog.cli.main import main
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> object:
-        return json.loads(self.out)
 
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], bootstrap: str) -> Callable[..., Run]:
-    """Run ``tidelog ARGS -b <session broker>`` in process; the root logger is restored afterwards."""
-
-    def run(*argv: str) -> Run:
-        root = logging.getLogger()
-        handlers, level = list(root.handlers), root.level
-        try:
-            code = main([*argv, "-b", bootstrap])
-        finally:
-            root.handlers[:] = handlers
-            root.setLevel(level)
-        captured = capsys.readouterr()
-        return Run(code, captured.out, captured.err)
-
-    return run
+    """Run ``tidelog ARGS -b <session broker>`` in process."""
+    return lambda *argv: run_cli(capsys, *argv, "-b", bootstrap)
 
 
 def table_rows(text: str) -> list[list[str]]:
@@ -165,12 +140,6 @@ def test_delete_removes_topics_and_if_exists_tolerates_missing_ones(cli: Callabl
 
 
 def test_an_unreachable_cluster_is_reported_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    root = logging.getLogger()
-    handlers = list(root.handlers)
-    try:
-        code = main(["topics", "list", "-b", "127.0.0.1:1", "--timeout", "2"])
-    finally:
-        root.handlers[:] = handlers
-    err = capsys.readouterr().err
-    assert code == 1
-    assert err.splitlines()[-1].startswith("tidelog: ")
+    run = run_cli(capsys, "topics", "list", "-b", "127.0.0.1:1", "--timeout", "2")
+    assert run.code == 1
+    assert run.err.splitlines()[-1].startswith("tidelog: ")
