@@ -270,3 +270,27 @@ def register_failure_report(config: pytest.Config) -> None:
     name = "tidelog-broker-failure-report"
     if not config.pluginmanager.has_plugin(name):
         config.pluginmanager.register(_FailureReport(), name)
+
+
+# Settings for brokers that serve consumer-group tests: no join delay, short sessions allowed, and a
+# small __consumer_offsets so it loads quickly.
+GROUP_TEST_BROKER: dict[str, object] = {
+    "group.initial.rebalance.delay.ms": 0,
+    "group.min.session.timeout.ms": 500,
+    "offsets.topic.num.partitions": 3,
+}
+
+
+def module_broker(fixture_name: str, overrides: Mapping[str, object]) -> Callable[..., Iterator[BrokerProcess]]:
+    """A module-scoped fixture named ``fixture_name``: one broker with ``overrides`` for the module.
+
+    Usage at module level: ``group_broker = module_broker("group_broker", GROUP_TEST_BROKER)``.
+    """
+
+    @pytest.fixture(scope="module", name=fixture_name)
+    def fixture(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[BrokerProcess]:
+        register_failure_report(pytestconfig)
+        with BrokerProcess(tmp_path_factory.mktemp(fixture_name), overrides) as process:
+            yield process
+
+    return fixture

@@ -6,25 +6,18 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from helpers.broker_process import BrokerProcess, register_failure_report
+from helpers.broker_process import BrokerProcess, module_broker
 from helpers.clients import FAST_CLIENT, consumer, create_topic, unique_topic
 
 GROUP_BROKER = {"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 3}
 
 
-@pytest.fixture(scope="module")
-def group_broker(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[BrokerProcess]:
-    register_failure_report(pytestconfig)
-    process = BrokerProcess(tmp_path_factory.mktemp("groups-admin"), GROUP_BROKER)
-    process.start()
-    yield process
-    process.close()
+group_broker = module_broker("group_broker", GROUP_BROKER)
 
 
 @pytest.fixture

@@ -12,29 +12,16 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from helpers.broker_process import BrokerProcess, register_failure_report
+from helpers.broker_process import GROUP_TEST_BROKER, BrokerProcess, module_broker
 from helpers.clients import FAST_CLIENT, create_topic, produce_all, producer, unique_topic
 
-GROUP_BROKER = {
-    "group.initial.rebalance.delay.ms": 0,
-    "group.min.session.timeout.ms": 500,
-    "offsets.topic.num.partitions": 3,
-}
-
-
-@pytest.fixture(scope="module")
-def group_broker(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[BrokerProcess]:
-    register_failure_report(pytestconfig)
-    process = BrokerProcess(tmp_path_factory.mktemp("groups-confluent"), GROUP_BROKER)
-    process.start()
-    yield process
-    process.close()
+group_broker = module_broker("group_broker", GROUP_TEST_BROKER)
 
 
 @pytest.fixture

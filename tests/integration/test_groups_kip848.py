@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -22,7 +22,7 @@ from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta
 
-from helpers.broker_process import BrokerProcess, register_failure_report
+from helpers.broker_process import BrokerProcess, module_broker
 from helpers.clients import FAST_CLIENT, create_topic, produce_all, producer, unique_topic
 from helpers.raw_client import RawClient
 
@@ -34,13 +34,7 @@ KIP848_BROKER = {
 }
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[BrokerProcess]:
-    register_failure_report(pytestconfig)
-    process = BrokerProcess(tmp_path_factory.mktemp("groups-kip848"), KIP848_BROKER)
-    process.start()
-    yield process
-    process.close()
+broker = module_broker("broker", KIP848_BROKER)
 
 
 @pytest.fixture
