@@ -34,6 +34,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tidelog.coordinator.wire import ByteReader
+
 CONSUMER_GROUP_METADATA = 3
 CONSUMER_GROUP_PARTITION_METADATA = 4
 CONSUMER_GROUP_MEMBER_METADATA = 5
@@ -242,39 +244,9 @@ def encode_value(value: ConsumerGroupValue) -> bytes:
 # ------------------------------------------------------------------------------------------ reading
 
 
-class _In:
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf: bytes) -> None:
-        self.buf = buf
-        self.pos = 0
-
-    def take(self, size: int) -> bytes:
-        end = self.pos + size
-        if size < 0 or end > len(self.buf):
-            raise InvalidConsumerGroupRecord(f"truncated: need {size} bytes at {self.pos} of {len(self.buf)}")
-        data = self.buf[self.pos : end]
-        self.pos = end
-        return data
-
-    def i16(self) -> int:
-        value: int = _I16.unpack(self.take(2))[0]
-        return value
-
-    def i32(self) -> int:
-        value: int = _I32.unpack(self.take(4))[0]
-        return value
-
-    def uvarint(self) -> int:
-        value, shift = 0, 0
-        while True:
-            byte = self.take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise InvalidConsumerGroupRecord("varint longer than 5 bytes")
+class _In(ByteReader):
+    __slots__ = ()
+    error = InvalidConsumerGroupRecord
 
     def _text(self, size: int) -> str:
         try:

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 from tidelog.coordinator import consumer_group_records
 from tidelog.coordinator.consumer_group_records import ConsumerGroupRecord
+from tidelog.coordinator.wire import ByteReader
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
@@ -249,44 +250,13 @@ def _encode_group_value(value: GroupMetadataValue, version: int | None) -> bytes
 # ----------------------------------------------------------------------------------------- decoding
 
 
-class _Reader:
-    __slots__ = ("buf", "flexible", "pos")
+class _Reader(ByteReader):
+    __slots__ = ("flexible",)
+    error = InvalidRecord
 
     def __init__(self, buf: bytes, flexible: bool = False) -> None:
-        self.buf = buf
-        self.pos = 0
+        super().__init__(buf)
         self.flexible = flexible
-
-    def _take(self, size: int) -> bytes:
-        end = self.pos + size
-        if size < 0 or end > len(self.buf):
-            raise InvalidRecord(f"truncated: need {size} bytes at {self.pos} of {len(self.buf)}")
-        data = self.buf[self.pos : end]
-        self.pos = end
-        return data
-
-    def i16(self) -> int:
-        value: int = _I16.unpack(self._take(2))[0]
-        return value
-
-    def i32(self) -> int:
-        value: int = _I32.unpack(self._take(4))[0]
-        return value
-
-    def i64(self) -> int:
-        value: int = _I64.unpack(self._take(8))[0]
-        return value
-
-    def uvarint(self) -> int:
-        value, shift = 0, 0
-        while True:
-            byte = self._take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise InvalidRecord("varint longer than 5 bytes")
 
     def length(self, wide: bool) -> int | None:
         if self.flexible:
@@ -300,7 +270,7 @@ class _Reader:
         if n is None:
             return None
         try:
-            return self._take(n).decode()
+            return self.take(n).decode()
         except UnicodeDecodeError as exc:
             raise InvalidRecord(f"string is not UTF-8: {exc}") from None
 
@@ -312,14 +282,14 @@ class _Reader:
 
     def bytes_(self) -> bytes:
         n = self.length(wide=True)
-        return b"" if n is None else self._take(n)
+        return b"" if n is None else self.take(n)
 
     def skip_tags(self) -> None:
         if not self.flexible:
             return
         for _ in range(self.uvarint()):
             self.uvarint()
-            self._take(self.uvarint())
+            self.take(self.uvarint())
 
     def done(self) -> None:
         if self.pos != len(self.buf):

@@ -33,6 +33,8 @@ import enum
 import struct
 from dataclasses import dataclass, field
 
+from tidelog.coordinator.wire import ByteReader
+
 KEY_VERSION = 0
 VALUE_VERSION = 0
 MAX_VALUE_VERSION = 1
@@ -127,33 +129,13 @@ def encode_value(value: TxnValue | None) -> bytes | None:
 # ------------------------------------------------------------------------------------------ decoding
 
 
-class _Reader:
-    __slots__ = ("buf", "flexible", "pos")
+class _Reader(ByteReader):
+    __slots__ = ("flexible",)
+    error = InvalidTxnRecord
 
     def __init__(self, buf: bytes) -> None:
-        self.buf, self.pos, self.flexible = buf, 0, False
-
-    def take(self, size: int) -> bytes:
-        end = self.pos + size
-        if size < 0 or end > len(self.buf):
-            raise InvalidTxnRecord(f"truncated: need {size} bytes at {self.pos} of {len(self.buf)}")
-        data, self.pos = self.buf[self.pos : end], end
-        return data
-
-    def fixed(self, fmt: struct.Struct) -> int:
-        value: int = fmt.unpack(self.take(fmt.size))[0]
-        return value
-
-    def uvarint(self) -> int:
-        value, shift = 0, 0
-        while True:
-            byte = self.take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise InvalidTxnRecord("varint longer than 5 bytes")
+        super().__init__(buf)
+        self.flexible = False
 
     def length(self, wide: bool) -> int | None:
         if self.flexible:
