@@ -3,6 +3,7 @@
     python bench/profile_broker.py produce --count 500000 --size 1024      # confluent-kafka produce
     python bench/profile_broker.py consume --count 500000 --size 1024      # (fills the topic first)
     python bench/profile_broker.py produce --tool java                      # Kafka's ProducerPerformance
+    python bench/profile_broker.py consume --partitions 64 --keys 10000     # workload 4's consume
 
 Starts tidelog (``bench/peers.py``), runs the load while ``py-spy record -f raw`` samples the broker
 (``--rate`` Hz, GIL-holding and idle frames both kept: ``--idle``), then prints the functions with
@@ -55,6 +56,8 @@ def main() -> None:
     parser.add_argument("--tool", choices=["confluent", "java"], default="confluent")
     parser.add_argument("--count", type=int, default=500_000)
     parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--partitions", type=int, default=1, help="partitions of the topic (workload 4: 64)")
+    parser.add_argument("--keys", type=int, default=0, help="distinct keys of the produced records (workload 4: 10,000)")
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--raw", help="keep py-spy's folded stacks here")
@@ -67,9 +70,9 @@ def main() -> None:
         broker = peers.start_tidelog(Path(tmp) / "broker")
         try:
             topic = "profile"
-            create_topics(broker.bootstrap, {topic: 1})
+            create_topics(broker.bootstrap, {topic: args.partitions})
             if args.mode == "consume":
-                wl.confluent("produce", broker.bootstrap, topic, count=args.count, size=args.size)
+                wl.confluent("produce", broker.bootstrap, topic, count=args.count, size=args.size, keys=args.keys)
             raw = Path(args.raw) if args.raw else Path(tmp) / "raw.txt"
             command = [pyspy, "record", "-f", "raw", "-r", str(args.rate), "-o", str(raw), "-p", str(broker.pid)]
             if args.idle:
@@ -80,7 +83,7 @@ def main() -> None:
             if args.mode == "produce" and args.tool == "java":
                 run = wl.java_produce(peers.kafka_libs(), broker.bootstrap, topic, args.count, args.size, PRODUCER_PROPS)
             elif args.mode == "produce":
-                run = wl.confluent("produce", broker.bootstrap, topic, count=args.count, size=args.size)
+                run = wl.confluent("produce", broker.bootstrap, topic, count=args.count, size=args.size, keys=args.keys)
             elif args.tool == "java":
                 run = wl.java_consume(peers.kafka_libs(), broker.bootstrap, topic, args.count, args.size)
             else:

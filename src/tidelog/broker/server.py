@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from tidelog.broker.context import BrokerContext, ConnectionInfo, Endpoint
 from tidelog.broker.dispatch import handler_for
 from tidelog.broker.handlers.security import sasl_raw_token
+from tidelog.broker.response_writer import ResponseWriter
 from tidelog.observability.broker_metrics import api_name
 from tidelog.observability.logs import context
 from tidelog.protocol.codec import decode_request, encode_api_versions_unsupported, encode_response
@@ -45,31 +46,6 @@ log = logging.getLogger(__name__)
 
 READ_CHUNK = 256 * 1024
 WRITE_HIGH_WATER = 4 * 1024 * 1024
-COALESCE_BYTES = 64 * 1024  # buffers below this are joined before writing; larger ones are not copied
-
-
-def write_buffers(writer: asyncio.StreamWriter, buffers: list[bytes | memoryview]) -> None:
-    """Queue a response: small ones joined (one send), large parts handed over as memoryviews.
-
-    asyncio's ``writelines`` (Python 3.11) joins every buffer into one bytes object, slices off what
-    the first send took and copies the rest into the transport's buffer: three copies of a Fetch
-    response's record bytes. Writing a large part as a memoryview costs at most the last copy
-    (bench/RESULTS.md, "write path": broker CPU of a 64-partition consume down by about half).
-    """
-    if len(buffers) == 1 or sum(len(b) for b in buffers) <= COALESCE_BYTES:
-        writer.writelines(buffers)
-        return
-    small: list[bytes | memoryview] = []
-    for part in buffers:
-        if len(part) < COALESCE_BYTES:
-            small.append(part)
-            continue
-        if small:
-            writer.write(b"".join(small))
-            small.clear()
-        writer.write(memoryview(part))
-    if small:
-        writer.write(b"".join(small))
 
 
 class RateLimitedLog:
@@ -114,6 +90,7 @@ class Server:
         # Last time each connection received bytes, and its writer, for the idle sweeper.
         self._last_active: dict[asyncio.Task[None], tuple[float, asyncio.StreamWriter]] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self.responses = ResponseWriter()
 
     async def listen(self, listeners: list[Endpoint]) -> None:
         for listener in listeners:
@@ -170,6 +147,7 @@ class Server:
         conn = ConnectionInfo(peer=peer, listener=self.bound_endpoint(listener), host=peername[0] if peername else "")
         decoder = FrameDecoder(self.max_frame_bytes)
         security = self.security.get(listener.name)
+        plain_tcp = security is None or security.tls is None  # file ranges may go out with sendfile
         if security is not None and not self._secure(conn, security, writer, decoder):
             writer.close()
             return
@@ -184,7 +162,7 @@ class Server:
                 self._busy.add(task)
                 try:
                     for frame in decoder.feed(data):
-                        if not await self._handle(conn, frame, writer, received):
+                        if not await self._handle(conn, frame, writer, received, plain_tcp):
                             return
                     if conn.auth is None and decoder.max_frame_bytes < self.max_frame_bytes:
                         decoder.max_frame_bytes = self.max_frame_bytes  # authenticated: the full limit
@@ -229,7 +207,8 @@ class Server:
         return listener
 
     async def _handle(
-        self, conn: ConnectionInfo, frame: bytes | memoryview, writer: asyncio.StreamWriter, received: float
+        self, conn: ConnectionInfo, frame: bytes | memoryview, writer: asyncio.StreamWriter, received: float,
+        plain_tcp: bool = True,
     ) -> bool:
         """Serve one request; False when the connection must close."""
         auth = conn.auth
@@ -273,9 +252,9 @@ class Server:
         response = await handler(self.ctx, conn, header, request)
         timer.handled()
         if response is not None:
-            buffers = encode_response(header, response)
-            write_buffers(writer, buffers)
-            timer.sent(sum(len(b) for b in buffers))
+            parts = encode_response(header, response)
+            await self.responses.write(writer, parts, plain_tcp)
+            timer.sent(sum(len(b) for b in parts))
         else:
             timer.sent(0)
         return not conn.close_after_response
@@ -296,3 +275,4 @@ class Server:
             await asyncio.wait(list(self._connections), timeout=1.0)
         for server in self._servers:
             await server.wait_closed()
+        self.responses.close()

@@ -12,7 +12,9 @@ The rules, Kafka's:
   are there or ``max_wait_ms`` has passed, never by polling.
 - With a fetch session (KIP-227) an incremental response lists only partitions with news.
 
-Record bytes go out as they sit in the segment: one ``pread`` per range, no per-record work.
+Record bytes go out as they sit in the segment, with no per-record work: the response carries
+their file ranges (``FileSlices``) and the response writer sends them with ``sendfile`` or one
+``pread`` per range (``broker/response_writer.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tidelog.broker.authz import Op, authorize_cluster, denied_topics
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.fetch_sessions import FetchContext, SessionPartition, TopicPartition
 from tidelog.broker.handlers.common import check_leader_epoch, partition_log
+from tidelog.broker.response_writer import FileSlices
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.protocol.headers import RequestHeader
@@ -204,7 +207,8 @@ def _response(b: Any, fetch_ctx: FetchContext, results: list[PartitionRead], ver
             aborted = tuple(
                 b.make("AbortedTransaction", producer_id=pid, first_offset=first) for pid, first in r.aborted
             )
-        records = r.data.read_bytes() if has_records else b""
+        # The bytes stay in the segment files; the response writer sends them (sendfile or pread).
+        records = FileSlices(r.data.ranges, r.data) if has_records else b""
         topic, partition = r.tp
         topic_ids[topic] = r.state.topic_id
         by_topic.setdefault(topic, []).append(

@@ -6,8 +6,10 @@ log_start_offset from v5; aborted_transactions (nullable); preferred_read_replic
 records (nullable bytes); tagged diverging_epoch / current_leader / snapshot_id from v12);
 tagged node_endpoints from v16. Flexible from v12.
 
-The records of each partition are not copied: they become their own buffer in the output, so a
-response is a handful of small header buffers interleaved with the batch bytes read from disk.
+The records of each partition are not copied: they become their own part of the output, so a
+response is a handful of small header buffers interleaved with the records. ``records`` may be any
+object with a length, not only bytes: the broker passes file ranges that its response writer sends
+with sendfile; this module only needs their length.
 """
 
 from __future__ import annotations

@@ -1,0 +1,180 @@
+"""The response writer over real loopback sockets: bytes in order, direct and buffered, stalls, closes.
+
+Each test runs an asyncio server on 127.0.0.1 whose only job is to write one response built of memory
+parts and file ranges (a real file) with ``ResponseWriter``; a plain socket client reads it back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tidelog.broker import response_writer
+from tidelog.broker.response_writer import FileSlices, ResponseWriter
+
+MIB = 1 << 20
+
+
+@pytest.fixture()
+def data_file(tmp_path: Path) -> Iterator[tuple[int, bytes]]:
+    content = os.urandom(4 * MIB)
+    path = tmp_path / "segment.log"
+    path.write_bytes(content)
+    fd = os.open(path, os.O_RDONLY)
+    yield fd, content
+    os.close(fd)
+
+
+def response(fd: int, content: bytes) -> tuple[list[object], bytes]:
+    """Header parts around three file ranges (one of them empty), and the bytes they stand for."""
+    ranges = [(fd, 10, MIB), (fd, 2 * MIB, 0), (fd, 3 * MIB + 7, 300_000)]
+    parts: list[object] = [b"head", FileSlices(ranges[:2], owner=None), b"mid" * 10, FileSlices(ranges[2:], None), b"tail"]
+    expected = b"head" + content[10 : 10 + MIB] + b"mid" * 10 + content[3 * MIB + 7 : 3 * MIB + 7 + 300_000] + b"tail"
+    return parts, expected
+
+
+def serve_once(
+    write: Callable[[asyncio.StreamWriter], Awaitable[None]], client: Callable[[socket.socket], object]
+) -> dict[str, object]:
+    """Run a one-connection server that calls ``write`` and closes; return what ``client`` returns."""
+    result: dict[str, object] = {}
+    ready = threading.Event()
+
+    async def main() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                await write(writer)
+                await writer.drain()
+            except Exception as exc:  # what the server saw, for the test to check
+                result["server_error"] = exc
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        result["port"] = server.sockets[0].getsockname()[1]
+        ready.set()
+        async with server:
+            while "done" not in result:
+                await asyncio.sleep(0.01)
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),))
+    thread.start()
+    ready.wait(5)
+    sock = socket.create_connection(("127.0.0.1", result["port"]))  # type: ignore[arg-type]
+    try:
+        result["client"] = client(sock)
+    finally:
+        sock.close()
+        result["done"] = True
+        thread.join(10)
+    return result
+
+
+def read_all(sock: socket.socket, delay_s: float = 0.0) -> bytes:
+    if delay_s:
+        time.sleep(delay_s)
+    out = bytearray()
+    while chunk := sock.recv(1 << 16):
+        out += chunk
+    return bytes(out)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_bytes_arrive_in_order_both_ways(data_file: tuple[int, bytes], direct: bool) -> None:
+    fd, content = data_file
+    parts, expected = response(fd, content)
+    writer = ResponseWriter()
+    result = serve_once(lambda w: writer.write(w, parts, direct_allowed=direct), read_all)
+    writer.close()
+    assert "server_error" not in result
+    assert result["client"] == expected
+
+
+def test_small_responses_stay_on_the_event_loop(data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
+    fd, content = data_file
+    called: list[int] = []
+    real = response_writer._send_direct
+
+    def spy(*args: Any) -> tuple[int, int]:
+        called.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(response_writer, "_send_direct", spy)
+    parts: list[object] = [b"h", FileSlices([(fd, 0, 1000)], None)]
+    writer = ResponseWriter()
+    result = serve_once(lambda w: writer.write(w, parts, direct_allowed=True), read_all)
+    writer.close()
+    assert result["client"] == b"h" + content[:1000]
+    assert called == []
+
+
+def test_stalled_reader_hands_the_rest_back(data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that reads nothing for longer than STALL_S still gets every byte, in order."""
+    monkeypatch.setattr(response_writer, "STALL_S", 0.05)
+    fd, content = data_file
+    parts, expected = response(fd, content)
+    outcomes: list[tuple[int, int]] = []
+    real = response_writer._send_direct
+
+    def spy(*args: Any) -> tuple[int, int]:
+        outcome = real(*args)
+        outcomes.append(outcome)
+        return outcome
+
+    monkeypatch.setattr(response_writer, "_send_direct", spy)
+    writer = ResponseWriter()
+
+    async def write(w: asyncio.StreamWriter) -> None:
+        w.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 102400)  # the broker's default
+        await writer.write(w, parts, direct_allowed=True)
+
+    result = serve_once(write, lambda s: read_all(s, delay_s=0.5))
+    writer.close()
+    assert result["client"] == expected
+    index, _offset = outcomes[0]
+    assert index < 5, "the thread should have stopped before the end and handed the rest back"
+
+
+def test_client_gone_mid_response_is_a_connection_error(data_file: tuple[int, bytes]) -> None:
+    fd, content = data_file
+    parts, _ = response(fd, content)
+    writer = ResponseWriter()
+
+    def read_a_little(sock: socket.socket) -> bytes:
+        head = sock.recv(1000)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST on close
+        return head
+
+    result = serve_once(lambda w: writer.write(w, parts, direct_allowed=True), read_a_little)
+    writer.close()
+    assert isinstance(result.get("server_error"), ConnectionError), result.get("server_error")
+
+
+def test_cancelled_writer_lets_the_thread_finish_with_its_own_descriptor(data_file: tuple[int, bytes]) -> None:
+    """Cancelling the connection task mid-send: no exception leaks, the descriptor count returns to normal."""
+    fd, content = data_file
+    parts, _ = response(fd, content)
+    writer = ResponseWriter()
+    before = len(os.listdir("/proc/self/fd"))
+
+    async def write_then_cancel(w: asyncio.StreamWriter) -> None:
+        task = asyncio.ensure_future(writer.write(w, parts, direct_allowed=True))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    serve_once(write_then_cancel, lambda s: read_all(s, delay_s=0.3))
+    deadline = time.monotonic() + 2
+    while len(os.listdir("/proc/self/fd")) > before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    writer.close()
+    assert len(os.listdir("/proc/self/fd")) <= before
