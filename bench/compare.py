@@ -9,7 +9,9 @@ Each broker (``bench/peers.py``) is started in turn on free ports with its data 
 the selected workloads run against it, and it is stopped. Workloads (issue 9):
 
 1. produce 500,000 x 1 KiB and 2,000,000 x 100 B; acks=all, linger 5 ms, batch 1 MiB, idempotent;
-   with Kafka's ProducerPerformance and with a confluent-kafka process;
+   with Kafka's ProducerPerformance and with a confluent-kafka process; and the broker's own intake
+   ceiling: the same 1 KiB records sent as one prebuilt ~1 MB Produce request over and over, 8 in
+   flight, by a raw-socket client that costs almost nothing per byte (``workloads.py raw-produce``);
 2. consume the same from offset 0 (Kafka's ConsumerPerformance; a confluent-kafka process);
 3. end-to-end latency: a confluent-kafka process producing 2,000 records/s of 200 B for 20 s
    (acks=all, linger 0) and consuming them (p50, p99, p99.9, max), and Kafka's EndToEndLatency
@@ -200,6 +202,10 @@ def w1_produce(ctx: Context) -> None:
             runs, ctx.topics[f"ck-{tag}"] = produce_runs(ctx, "ck", tag, count, size)
             ctx.record(f"1.ck.{tag}.mb_s", f"1 produce {count:,}x{size} B (confluent-kafka)", "MB/s", True, runs,
                        "mb_s", ctx.ceilings.get(f"produce-{tag}"))
+    with ctx.guard("workload 1 raw produce (broker intake ceiling)"):
+        runs = ctx.repeat(lambda: wl.raw_produce(ctx.broker.bootstrap, ctx.topic("raw-1k"), s.big, 1024))
+        ctx.record("1.raw.1k.mb_s", f"1 produce {s.big:,}x1024 B, prebuilt 1 MB requests, 8 in flight (raw)", "MB/s",
+                   True, runs, "mb_s")
 
 
 def w2_consume(ctx: Context) -> None:

@@ -14,6 +14,11 @@ was the limit.
     python bench/workloads.py produce --bootstrap 127.0.0.1:9092 --topic t --count 100000 --size 1024
     python bench/workloads.py consume --bootstrap mock --topic t --count 100000 --size 1024
     python bench/workloads.py latency --bootstrap 127.0.0.1:9092 --topic lat --rate 2000 --seconds 20 --size 200
+    python bench/workloads.py raw-produce --bootstrap 127.0.0.1:9092 --topic t --count 1000000 --size 1024
+
+``raw-produce`` is no client library: it sends one prebuilt 1 MiB Produce request (v8, acks=all,
+not idempotent) over and over with ``--inflight`` requests outstanding, so it costs almost nothing
+per byte and measures how fast the broker itself takes records in.
 """
 
 from __future__ import annotations
@@ -301,6 +306,89 @@ def tool_latency(args: argparse.Namespace) -> dict[str, Any]:
             "lat_p999_ms": _percentile(latencies, 0.999), "lat_max_ms": latencies[-1], "records": len(latencies)}
 
 
+# --- the broker's own intake ceiling (raw pipelined Produce) ---------------------------------------------
+
+PRODUCE_V8 = 8  # ProduceRequest v3-v8 share one non-flexible layout; every broker here accepts v8
+
+
+def _record_batch(count: int, size: int) -> bytes:
+    """One uncompressed v2 record batch of ``count`` keyless records of ``size`` bytes (CRC-32C set)."""
+    import crc32c
+
+    value = b"x" * size
+    records = bytearray()
+    for delta in range(count):
+        body = b"\x00" + _varint(0) + _varint(delta) + _varint(-1) + _varint(size) + value + _varint(0)
+        records += _varint(len(body)) + body
+    now = int(time.time() * 1000)
+    # attributes, last offset delta, first/max timestamp, producer id, epoch, base sequence, count
+    after_crc = struct.pack(">hiqqqhii", 0, count - 1, now, now, -1, -1, -1, count) + records
+    header = struct.pack(">qii", 0, 4 + 1 + 4 + len(after_crc), -1) + b"\x02"
+    return header + struct.pack(">I", crc32c.crc32c(after_crc)) + after_crc
+
+
+def _varint(value: int) -> bytes:
+    zigzag = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while zigzag >= 0x80:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
+
+
+def _produce_request(correlation_id: int, topic: str, batch: bytes, acks: int) -> bytes:
+    name = topic.encode()
+    body = (struct.pack(">hhih", 0, PRODUCE_V8, correlation_id, 3) + b"raw"  # header v1: key, version, id, client
+            + struct.pack(">hhi", -1, acks, 30_000)  # transactional id null, acks, timeout
+            + struct.pack(">ih", 1, len(name)) + name + struct.pack(">iii", 1, 0, len(batch)) + batch)
+    return struct.pack(">i", len(body)) + body
+
+
+def _produce_error(frame: bytes) -> int:
+    """The partition error code of a one-topic, one-partition ProduceResponse v8 (after the correlation id)."""
+    (name_length,) = struct.unpack_from(">h", frame, 8)
+    (error,) = struct.unpack_from(">h", frame, 10 + name_length + 4 + 4)
+    return int(error)
+
+
+def tool_raw_produce(args: argparse.Namespace) -> dict[str, Any]:
+    """Send the same prebuilt Produce request (one batch of ``batch-bytes``) ``inflight`` at a time.
+
+    The client does almost nothing per byte (no serialisation, no batching, no delivery reports), so
+    the figure is the broker's intake rate: what it accepts, acknowledges and writes per second.
+    """
+    host, port = args.bootstrap.rsplit(":", 1)
+    # Under Kafka's default message.max.bytes (1,048,588) with room for the batch and record headers.
+    per_batch = max(1, min(args.batch_bytes, 1_000_000) // (args.size + 16))
+    batches = -(-args.count // per_batch)
+    batch = _record_batch(per_batch, args.size)
+    acks = -1 if args.acks == "all" else int(args.acks)
+    sock = socket.create_connection((host, int(port)), timeout=60)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sent = received = 0
+    started = time.perf_counter()
+    while received < batches:
+        while sent < batches and sent - received < args.inflight:
+            sock.sendall(_produce_request(sent, args.topic, batch, acks))
+            sent += 1
+        (length,) = struct.unpack(">i", _recv_exactly(sock, 4))
+        frame = _recv_exactly(sock, length)
+        error = _produce_error(frame)
+        if error:
+            raise SystemExit(f"produce failed with error code {error}")
+        received += 1
+    elapsed = time.perf_counter() - started
+    sock.close()
+    records = batches * per_batch
+    return {"records_s": records / elapsed, "mb_s": records * args.size / elapsed / MB, "seconds": elapsed,
+            "requests": batches}
+
+
+def raw_produce(bootstrap: str, topic: str, count: int, size: int, inflight: int = 8, timeout: float = 600) -> ToolRun:
+    return confluent("raw-produce", bootstrap, topic, timeout, count=count, size=size, inflight=inflight)
+
+
 # --- idle connections ----------------------------------------------------------------------------------
 
 def open_idle_connections(host: str, port: int, count: int) -> list[socket.socket]:
@@ -339,7 +427,7 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["produce", "consume", "latency"])
+    parser.add_argument("mode", choices=["produce", "consume", "latency", "raw-produce"])
     parser.add_argument("--bootstrap", required=True, help="HOST:PORT, or 'mock' for librdkafka's mock cluster")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--count", type=int, default=100_000)
@@ -351,9 +439,11 @@ def main() -> None:
     parser.add_argument("--idempotence", default="true")
     parser.add_argument("--rate", type=float, default=2000)
     parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--inflight", type=int, default=8, help="raw-produce: requests in flight")
     args = parser.parse_args()
     args.idempotence = args.idempotence.lower() == "true"
-    result = {"produce": tool_produce, "consume": tool_consume, "latency": tool_latency}[args.mode](args)
+    tools = {"produce": tool_produce, "consume": tool_consume, "latency": tool_latency, "raw-produce": tool_raw_produce}
+    result = tools[args.mode](args)
     print(json.dumps(result))
 
 
