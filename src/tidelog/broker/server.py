@@ -28,6 +28,7 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping
 
+from tidelog.broker.connection import KafkaProtocol
 from tidelog.broker.context import BrokerContext, ConnectionInfo, Endpoint
 from tidelog.broker.dispatch import handler_for
 from tidelog.broker.handlers.security import sasl_raw_token
@@ -44,7 +45,6 @@ from tidelog.security.principal import NoMatchingRule
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK = 256 * 1024
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 
 
@@ -87,8 +87,8 @@ class Server:
         self._busy: set[asyncio.Task[None]] = set()
         self.bound: list[Endpoint] = []
         self.idle_timeout_s = idle_timeout_ms / 1000
-        # Last time each connection received bytes, and its writer, for the idle sweeper.
-        self._last_active: dict[asyncio.Task[None], tuple[float, asyncio.StreamWriter]] = {}
+        # Each connection's protocol (which knows when it last received bytes) and writer, for the idle sweeper.
+        self._last_active: dict[asyncio.Task[None], tuple[KafkaProtocol, asyncio.StreamWriter]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self.responses = ResponseWriter()
 
@@ -96,9 +96,9 @@ class Server:
         for listener in listeners:
             host = listener.host or "0.0.0.0"
             security = self.security.get(listener.name)
-            server = await asyncio.start_server(
-                functools.partial(self._accept, listener=listener), host, listener.port, limit=READ_CHUNK, reuse_address=True,
-                ssl=security.tls if security is not None else None,
+            tls = security.tls if security is not None else None
+            server = await asyncio.get_running_loop().create_server(
+                functools.partial(self._protocol, listener, security), host, listener.port, reuse_address=True, ssl=tls,
             )
             port = server.sockets[0].getsockname()[1]
             self.bound.append(Endpoint(listener.name, listener.host, port, listener.security_protocol))
@@ -106,18 +106,25 @@ class Server:
         if self._sweeper is None and self.idle_timeout_s > 0:
             self._sweeper = asyncio.create_task(self._sweep_idle())
 
+    def _protocol(self, listener: Endpoint, security: ListenerSecurity | None) -> KafkaProtocol:
+        limit = self.max_frame_bytes
+        if security is not None and security.sasl is not None:
+            limit = min(limit, self.sasl_max_receive_bytes)  # until the connection has authenticated
+        on_connect = functools.partial(self._accept, listener=listener)
+        return KafkaProtocol(FrameDecoder(limit), on_connect, over_tls=security is not None and security.tls is not None)
+
     async def _sweep_idle(self) -> None:
         """Close connections that sent nothing for connections.max.idle.ms (and are not mid-request)."""
         interval = min(max(self.idle_timeout_s / 10, 0.05), 30.0)
         while True:
             await asyncio.sleep(interval)
             cutoff = time.monotonic() - self.idle_timeout_s
-            for task, (last, writer) in list(self._last_active.items()):
-                if last < cutoff and task not in self._busy:
+            for task, (proto, writer) in list(self._last_active.items()):
+                if proto.last_received < cutoff and task not in self._busy:
                     log.debug("closing idle connection %s", writer.get_extra_info("peername"))
                     writer.close()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: Endpoint) -> None:
+    async def _accept(self, proto: KafkaProtocol, writer: asyncio.StreamWriter, listener: Endpoint) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
@@ -132,7 +139,7 @@ class Server:
             writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
             self.ctx.metrics.connection_opened(listener.name)
             try:
-                await self._serve(reader, writer, listener, task)
+                await self._serve(proto, writer, listener, task)
             finally:
                 self.ctx.metrics.connection_closed(listener.name)
         finally:
@@ -140,30 +147,28 @@ class Server:
             self._last_active.pop(task, None)
 
     async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: Endpoint, task: asyncio.Task[None]
+        self, proto: KafkaProtocol, writer: asyncio.StreamWriter, listener: Endpoint, task: asyncio.Task[None]
     ) -> None:
         peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if peername else "?"
         conn = ConnectionInfo(peer=peer, listener=self.bound_endpoint(listener), host=peername[0] if peername else "")
-        decoder = FrameDecoder(self.max_frame_bytes)
+        decoder = proto.decoder
         security = self.security.get(listener.name)
         plain_tcp = security is None or security.tls is None  # file ranges may go out with sendfile
         if security is not None and not self._secure(conn, security, writer, decoder):
             writer.close()
             return
+        self._last_active[task] = (proto, writer)
         try:
             while True:
-                self._last_active[task] = (time.monotonic(), writer)
-                data = await reader.read(READ_CHUNK)
-                if not data:
+                received_frame = await proto.next_frame()
+                if received_frame is None:
                     return
-                received = time.perf_counter()
-                self._last_active[task] = (time.monotonic(), writer)
+                frame, received = received_frame
                 self._busy.add(task)
                 try:
-                    for frame in decoder.feed(data):
-                        if not await self._handle(conn, frame, writer, received, plain_tcp):
-                            return
+                    if not await self._handle(conn, frame, writer, received, plain_tcp):
+                        return
                     if conn.auth is None and decoder.max_frame_bytes < self.max_frame_bytes:
                         decoder.max_frame_bytes = self.max_frame_bytes  # authenticated: the full limit
                     if writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
@@ -176,7 +181,7 @@ class Server:
                 peername[0] if peername else "?", "closing connection from %s (client %s): %s", peer, conn.client_id, exc,
                 extra=context(peer=peer, client_id=conn.client_id, listener=listener.name),
             )
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except ConnectionError:
             pass
         except asyncio.CancelledError:
             pass
