@@ -86,9 +86,22 @@ def test_streaming_many_small_frames_keeps_to_the_receive_area() -> None:
     total = 0
     for start in range(0, len(stream), 1000):
         total += len(decoder.feed(stream[start : start + 1000]))
-        assert len(decoder._area) == 4096
+        assert decoder._area is None or len(decoder._area) == 4096
         assert decoder._frame is None
     assert total == 10_000
+
+
+def test_an_idle_connection_holds_no_receive_area() -> None:
+    """The area goes back to the pool once everything received was returned, and is reused from there."""
+    decoder = FrameDecoder(1 << 20, receive_area=2048)
+    assert decoder._area is None
+    assert [bytes(f) for f in decoder.feed(framed(b"whole"))] == [b"whole"]
+    assert decoder._area is None
+    pooled = framing._free_areas[2048][-1]
+    decoder.feed(framed(b"half")[:5])  # a partial frame keeps its area
+    assert decoder._area is pooled
+    assert [bytes(f) for f in decoder.feed(framed(b"half")[5:])] == [b"half"]
+    assert decoder._area is None
 
 
 def receive(decoder: FrameDecoder, stream: bytes, chunk: int) -> list[bytes]:
