@@ -312,29 +312,11 @@ PRODUCE_V8 = 8  # ProduceRequest v3-v8 share one non-flexible layout; every brok
 
 
 def _record_batch(count: int, size: int) -> bytes:
-    """One uncompressed v2 record batch of ``count`` keyless records of ``size`` bytes (CRC-32C set)."""
-    import crc32c
+    """One uncompressed v2 record batch of ``count`` keyless records of ``size`` bytes."""
+    from tidelog.protocol.records import Record, build_batch
 
-    value = b"x" * size
-    records = bytearray()
-    for delta in range(count):
-        body = b"\x00" + _varint(0) + _varint(delta) + _varint(-1) + _varint(size) + value + _varint(0)
-        records += _varint(len(body)) + body
     now = int(time.time() * 1000)
-    # attributes, last offset delta, first/max timestamp, producer id, epoch, base sequence, count
-    after_crc = struct.pack(">hiqqqhii", 0, count - 1, now, now, -1, -1, -1, count) + records
-    header = struct.pack(">qii", 0, 4 + 1 + 4 + len(after_crc), -1) + b"\x02"
-    return header + struct.pack(">I", crc32c.crc32c(after_crc)) + after_crc
-
-
-def _varint(value: int) -> bytes:
-    zigzag = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while zigzag >= 0x80:
-        out.append((zigzag & 0x7F) | 0x80)
-        zigzag >>= 7
-    out.append(zigzag)
-    return bytes(out)
+    return build_batch([Record(offset, now, None, b"x" * size) for offset in range(count)])
 
 
 def _produce_request(correlation_id: int, topic: str, batch: bytes, acks: int) -> bytes:

@@ -1,0 +1,93 @@
+"""Before/after for a broker change: two tidelog source trees, the same loads, alternating rounds.
+
+    git worktree add /tmp/before <commit>                   # the tree before the change
+    python bench/ab.py --tree before=/tmp/before/src --tree after=src --loads consume64,produce --rounds 3
+
+Each round starts every tree's broker in turn (``bench/peers.py``, ``PYTHONPATH`` pointing at the
+tree's ``src``), fills what the loads read, runs the loads and records each figure with the broker's
+CPU seconds for that load alone. Alternating trees within a round spreads the machine's noise over
+both; the table shows every round and the median. Loads:
+
+- ``produce``: confluent-kafka, 500,000 x 1 KiB to one partition (workload 1's settings);
+- ``raw``: the raw pipelined producer, 500,000 x 1 KiB (the broker's intake ceiling);
+- ``consume``: confluent-kafka reads 2,000,000 x 100 B from one partition;
+- ``consume64``: confluent-kafka reads 500,000 x 1 KiB keyed records over 64 partitions (workload 4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peers
+import workloads as wl
+from compare import create_topics
+
+
+def run_loads(bootstrap: str, loads: list[str], cpu: Callable[[], float]) -> dict[str, float]:
+    figures: dict[str, float] = {}
+
+    def measure(name: str, run: Callable[[], wl.ToolRun]) -> None:
+        before = cpu()
+        result = run()
+        figures[f"{name} MB/s"] = result.figures["mb_s"]
+        figures[f"{name} broker CPU s"] = cpu() - before
+
+    if "produce" in loads:
+        create_topics(bootstrap, {"ab-produce": 1})
+        measure("produce", lambda: wl.confluent("produce", bootstrap, "ab-produce", count=500_000, size=1024))
+    if "raw" in loads:
+        create_topics(bootstrap, {"ab-raw": 1})
+        measure("raw", lambda: wl.raw_produce(bootstrap, "ab-raw", 500_000, 1024))
+    if "consume" in loads:
+        create_topics(bootstrap, {"ab-consume": 1})
+        wl.confluent("produce", bootstrap, "ab-consume", count=2_000_000, size=100)
+        measure("consume", lambda: wl.confluent("consume", bootstrap, "ab-consume", count=2_000_000, size=100))
+    if "consume64" in loads:
+        create_topics(bootstrap, {"ab-consume64": 64})
+        wl.confluent("produce", bootstrap, "ab-consume64", count=500_000, size=1024, keys=10_000)
+        measure("consume64", lambda: wl.confluent("consume", bootstrap, "ab-consume64", count=500_000, size=1024))
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tree", action="append", required=True, help="LABEL=PATH of a tidelog src directory")
+    parser.add_argument("--loads", default="produce,raw,consume,consume64")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    trees = dict(tree.split("=", 1) for tree in args.tree)
+    loads = args.loads.split(",")
+    rounds: dict[str, list[dict[str, float]]] = {label: [] for label in trees}
+    for number in range(args.rounds):
+        for label, src in trees.items():
+            subprocess.run(["sync"], check=False)  # start each broker with little dirty page cache
+            with tempfile.TemporaryDirectory(prefix="tidelog-ab-", dir="/var/tmp") as tmp:
+                broker = peers.start_tidelog(Path(tmp) / "broker", env={"PYTHONPATH": str(Path(src).resolve())})
+                try:
+                    figures = run_loads(broker.bootstrap, loads, broker.cpu_seconds)
+                finally:
+                    broker.stop()
+            rounds[label].append(figures)
+            print(f"round {number + 1} {label}: " + ", ".join(f"{k} {v:.2f}" for k, v in figures.items()),
+                  file=sys.stderr, flush=True)
+    keys = list(next(iter(rounds.values()))[0])
+    print("| figure | " + " | ".join(trees) + " |")
+    print("|---|" + "---|" * len(trees))
+    for key in keys:
+        cells = []
+        for label in trees:
+            values = [r[key] for r in rounds[label]]
+            cells.append(f"**{statistics.median(values):.2f}** ({', '.join(f'{v:.2f}' for v in values)})")
+        print(f"| {key} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
