@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 
 import pytest
 
@@ -34,22 +33,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
 @pytest.fixture(scope="session")
 def bootstrap(broker: BrokerProcess) -> str:
     return broker.bootstrap
-
-
-@pytest.fixture
-def fresh_broker(tmp_path: Path, pytestconfig: pytest.Config) -> Iterator[Callable[..., BrokerProcess]]:
-    """Start a broker of one's own: ``fresh_broker({"key": "value"})``. Stopped at teardown."""
-    register_failure_report(pytestconfig)
-    started: list[BrokerProcess] = []
-
-    def start(overrides: Mapping[str, object] | None = None) -> BrokerProcess:
-        process = BrokerProcess(tmp_path / f"broker-{len(started)}", overrides)
-        started.append(process)
-        return process.start()
-
-    yield start
-    for process in started:
-        process.close()
 
 
 @pytest.fixture

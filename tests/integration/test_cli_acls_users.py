@@ -7,8 +7,6 @@ Listeners: ADMIN enforces ACLs, APPS is in audit mode. ``admin`` (PLAIN) is the 
 from __future__ import annotations
 
 import io
-import json
-import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,21 +17,12 @@ from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from helpers.broker_process import BrokerProcess, free_port, register_failure_report, wait_until
+from helpers.cli_runner import Run, run_cli
 from helpers.clients import FAST_CLIENT, DeliveryLog, producer, unique_topic
 from tidelog.cli.main import main
 from tidelog.security.audit import FILE_NAME, read_report
 
 PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret"}
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
 
 
 @dataclass
@@ -77,15 +66,7 @@ def cli(capsys: pytest.CaptureFixture[str], cluster: Cluster) -> Callable[..., R
     def run(*argv: str, user: str = "admin", listener: str = "ADMIN") -> Run:
         config = cluster.workdir / f"{user}.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in cluster.plain(user).items()))
-        root = logging.getLogger()
-        handlers, level = list(root.handlers), root.level
-        try:
-            code = main([*argv, "-b", cluster.bootstraps[listener], "--command-config", str(config)])
-        finally:
-            root.handlers[:] = handlers
-            root.setLevel(level)
-        captured = capsys.readouterr()
-        return Run(code, captured.out, captured.err)
+        return run_cli(capsys, *argv, "-b", cluster.bootstraps[listener], "--command-config", str(config))
 
     return run
 

@@ -2,42 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import pytest
 
 from helpers.broker_process import BrokerProcess
+from helpers.cli_runner import Run, run_cli
 from tidelog.cli.main import main
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> object:
-        return json.loads(self.out)
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], bootstrap: str, *argv: str) -> Run:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        code = main([*argv, "-b", bootstrap])
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-    captured = capsys.readouterr()
-    return Run(code, captured.out, captured.err)
 
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], bootstrap: str) -> Callable[..., Run]:
-    return lambda *argv: run_cli(capsys, bootstrap, *argv)
+    return lambda *argv: run_cli(capsys, *argv, "-b", bootstrap)
 
 
 def settings(run: Run) -> dict[str, dict[str, object]]:
@@ -92,7 +68,7 @@ def test_broker_settings_show_their_source_and_dynamic_defaults_can_change(
     capsys: pytest.CaptureFixture[str], own_broker: BrokerProcess
 ) -> None:
     def cli(*argv: str) -> Run:
-        return run_cli(capsys, own_broker.bootstrap, *argv)
+        return run_cli(capsys, *argv, "-b", own_broker.bootstrap)
 
     everything = settings(cli("configs", "describe", "--entity-type", "brokers", "--entity-name", "1", "--all", "--json"))
     assert everything["num.partitions"]["source"] == "STATIC_BROKER_CONFIG"

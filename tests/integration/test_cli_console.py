@@ -4,27 +4,18 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from helpers.broker_process import REPO_ROOT
+from helpers.cli_runner import Run, run_cli
 from helpers.clients import consume, produce_all, producer, unique_topic
-from tidelog.cli.main import main
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
 
 
 @pytest.fixture
@@ -33,15 +24,7 @@ def cli(capsys: pytest.CaptureFixture[str], bootstrap: str, monkeypatch: pytest.
 
     def run(*argv: str, stdin: str = "") -> Run:
         monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-        root = logging.getLogger()
-        handlers, level = list(root.handlers), root.level
-        try:
-            code = main([*argv, "-b", bootstrap])
-        finally:
-            root.handlers[:] = handlers
-            root.setLevel(level)
-        captured = capsys.readouterr()
-        return Run(code, captured.out, captured.err)
+        return run_cli(capsys, *argv, "-b", bootstrap)
 
     return run
 

@@ -4,33 +4,19 @@ resuming where a reset put the group, offsets and groups deleted. Human tables a
 
 from __future__ import annotations
 
-import json
-import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from helpers.broker_process import BrokerProcess, register_failure_report, wait_until
+from helpers.cli_runner import Run, run_cli
 from helpers.clients import FAST_CLIENT, create_topic, produce_all, producer, unique_topic
-from tidelog.cli.main import main
 
 PRODUCED = {0: 10, 1: 6}  # records per partition
 COMMITTED = {0: 4, 1: 6}
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
 
 
 @pytest.fixture(scope="module")
@@ -45,18 +31,7 @@ def group_broker(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], group_broker: BrokerProcess) -> Callable[..., Run]:
-    def run(*argv: str) -> Run:
-        root = logging.getLogger()
-        handlers, level = list(root.handlers), root.level
-        try:
-            code = main([*argv, "-b", group_broker.bootstrap])
-        finally:
-            root.handlers[:] = handlers
-            root.setLevel(level)
-        captured = capsys.readouterr()
-        return Run(code, captured.out, captured.err)
-
-    return run
+    return lambda *argv: run_cli(capsys, *argv, "-b", group_broker.bootstrap)
 
 
 def table_rows(text: str) -> list[list[str]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import uuid
 from collections.abc import Callable
 
@@ -11,8 +10,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from helpers.broker_process import BrokerProcess
+from helpers.cli_runner import run_cli
 from helpers.clients import create_topic, unique_topic
-from tidelog.cli.main import main
 
 
 @pytest.fixture
@@ -21,15 +20,8 @@ def txn_broker(fresh_broker: Callable[..., BrokerProcess]) -> BrokerProcess:
 
 
 def run(capsys: pytest.CaptureFixture[str], bootstrap: str, *argv: str) -> tuple[int, str, str]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        code = main([*argv, "-b", bootstrap])
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    result = run_cli(capsys, *argv, "-b", bootstrap)
+    return result.code, result.out, result.err
 
 
 def test_find_describe_and_abort_a_hanging_transaction(txn_broker: BrokerProcess, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,32 +11,16 @@ from __future__ import annotations
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from helpers.broker_process import BrokerProcess, register_failure_report
+from helpers.broker_process import BrokerProcess
 from helpers.clients import FAST_CLIENT, create_topic, produce_all, producer, unique_topic
 
 PARTITIONS = 3
 PER_PARTITION = 20
-
-
-@pytest.fixture
-def start_broker(tmp_path: Path, pytestconfig: pytest.Config) -> Iterator[Callable[..., BrokerProcess]]:
-    register_failure_report(pytestconfig)
-    started: list[BrokerProcess] = []
-
-    def start(overrides: Mapping[str, object]) -> BrokerProcess:
-        broker = BrokerProcess(tmp_path / f"broker-{len(started)}", overrides)
-        started.append(broker)
-        return broker.start()
-
-    yield start
-    for broker in started:
-        broker.close()
 
 
 class Member:
@@ -78,9 +62,9 @@ class Member:
     [(signal.SIGTERM, {}), (signal.SIGKILL, {"log.flush.interval.messages": 1})],
     ids=["sigterm", "sigkill"],
 )
-def test_commits_and_members_survive_a_restart(start_broker: Callable[..., BrokerProcess], sig: int,
+def test_commits_and_members_survive_a_restart(fresh_broker: Callable[..., BrokerProcess], sig: int,
                                                overrides: dict[str, object]) -> None:
-    broker = start_broker({"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 500,
+    broker = fresh_broker({"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 500,
                            "offsets.topic.num.partitions": 3, **overrides})
     topic = create_topic(broker.bootstrap, unique_topic("restart"), PARTITIONS)
     prod = producer(broker.bootstrap)

@@ -17,13 +17,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from helpers.broker_process import BrokerProcess, register_failure_report
+from helpers.broker_process import BrokerProcess
 from helpers.clients import create_topic, unique_topic
 
 PARTITIONS = 2
@@ -62,21 +61,6 @@ while True:
                                          consumer.consumer_group_metadata(), 30)
     producer.commit_transaction(30)
 """
-
-
-@pytest.fixture
-def start_broker(tmp_path: Path, pytestconfig: pytest.Config) -> Iterator[Callable[..., BrokerProcess]]:
-    register_failure_report(pytestconfig)
-    started: list[BrokerProcess] = []
-
-    def start(overrides: Mapping[str, object]) -> BrokerProcess:
-        broker = BrokerProcess(tmp_path / f"broker-{len(started)}", overrides)
-        started.append(broker)
-        return broker.start()
-
-    yield start
-    for broker in started:
-        broker.close()
 
 
 class Copier:
@@ -189,12 +173,12 @@ def _committed_total(bootstrap: str, topic: str) -> int:
 
 
 def test_copier_killed_repeatedly_copies_every_record_exactly_once(
-    tmp_path: Path, start_broker: Callable[..., BrokerProcess],
+    tmp_path: Path, fresh_broker: Callable[..., BrokerProcess],
 ) -> None:
-    copy_with_kills(tmp_path, start_broker(BROKER), kill_broker=False)
+    copy_with_kills(tmp_path, fresh_broker(BROKER), kill_broker=False)
 
 
 def test_broker_killed_mid_transaction_leaves_every_transaction_whole(
-    tmp_path: Path, start_broker: Callable[..., BrokerProcess],
+    tmp_path: Path, fresh_broker: Callable[..., BrokerProcess],
 ) -> None:
-    copy_with_kills(tmp_path, start_broker(BROKER), kill_broker=True)
+    copy_with_kills(tmp_path, fresh_broker(BROKER), kill_broker=True)
