@@ -9,8 +9,10 @@ CPU seconds for that load alone. Alternating trees within a round spreads the ma
 both; the table shows every round and the median. Loads:
 
 - ``produce``: confluent-kafka, 500,000 x 1 KiB to one partition (workload 1's settings);
+- ``produce64``: the same, keyed (10,000 keys) over 64 partitions (workload 4);
 - ``raw``: the raw pipelined producer, 500,000 x 1 KiB (the broker's intake ceiling);
 - ``consume``: confluent-kafka reads 2,000,000 x 100 B from one partition;
+- ``consume-java``: Kafka's ConsumerPerformance reads 500,000 x 1 KiB from one partition;
 - ``consume64``: confluent-kafka reads 500,000 x 1 KiB keyed records over 64 partitions (workload 4).
 """
 
@@ -43,6 +45,10 @@ def run_loads(bootstrap: str, loads: list[str], cpu: Callable[[], float]) -> dic
     if "produce" in loads:
         create_topics(bootstrap, {"ab-produce": 1})
         measure("produce", lambda: wl.confluent("produce", bootstrap, "ab-produce", count=500_000, size=1024))
+    if "produce64" in loads:
+        create_topics(bootstrap, {"ab-produce64": 64})
+        measure("produce64", lambda: wl.confluent("produce", bootstrap, "ab-produce64", count=500_000, size=1024,
+                                                  keys=10_000))
     if "raw" in loads:
         create_topics(bootstrap, {"ab-raw": 1})
         measure("raw", lambda: wl.raw_produce(bootstrap, "ab-raw", 500_000, 1024))
@@ -50,6 +56,10 @@ def run_loads(bootstrap: str, loads: list[str], cpu: Callable[[], float]) -> dic
         create_topics(bootstrap, {"ab-consume": 1})
         wl.confluent("produce", bootstrap, "ab-consume", count=2_000_000, size=100)
         measure("consume", lambda: wl.confluent("consume", bootstrap, "ab-consume", count=2_000_000, size=100))
+    if "consume-java" in loads:
+        create_topics(bootstrap, {"ab-consume-java": 1})
+        wl.confluent("produce", bootstrap, "ab-consume-java", count=500_000, size=1024)
+        measure("consume-java", lambda: wl.java_consume(peers.kafka_libs(), bootstrap, "ab-consume-java", 500_000, 1024))
     if "consume64" in loads:
         create_topics(bootstrap, {"ab-consume64": 64})
         wl.confluent("produce", bootstrap, "ab-consume64", count=500_000, size=1024, keys=10_000)

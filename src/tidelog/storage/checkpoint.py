@@ -41,26 +41,33 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: write a temp file, fsync, rename, fsync the directory."""
+def write_atomically(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``data``: write a temp file, fsync, rename, fsync the directory.
+
+    With ``durable=False`` the two fsyncs are left out: the rename still makes the replacement
+    atomic (a reader, or a restart, sees the old file or the new one, whole), but after a power loss
+    it may be the old one. For files whose content the caller makes durable later.
+    """
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def write_entries(path: Path, entries: Iterable[tuple[object, ...]]) -> None:
+def write_entries(path: Path, entries: Iterable[tuple[object, ...]], *, durable: bool = True) -> None:
     """Write a versioned checkpoint whose entries are tuples of space-free fields."""
     rows = [" ".join(str(field) for field in entry) for entry in entries]
     text = f"{VERSION}\n{len(rows)}\n" + "".join(row + "\n" for row in rows)
-    write_atomically(path, text.encode())
+    write_atomically(path, text.encode(), durable=durable)
 
 
 def read_entries(path: Path, fields: int) -> list[list[str]]:

@@ -12,6 +12,13 @@ are strictly increasing in both fields. The file uses the checkpoint format of
 The file is rewritten (atomically) whenever the cache changes; changes are rare (a new leader epoch,
 a truncation, a log start offset moving past an epoch's start).
 
+Durability, as Kafka does since KAFKA-15046: a new epoch learnt from an append (``assign``) is
+written without fsync, because that happens on the produce path (the first append of every partition
+would otherwise wait for two fsyncs: 64 of them on a fresh 64-partition topic); ``flush()`` makes the
+file durable and the log calls it before it moves its recovery point past the new entry. After a
+crash the file may lack that entry, but the batches above the recovery point are re-read and their
+epochs assigned again. Truncations are rare and written durably at once.
+
 Thread-safety: none; the owning log calls it under its lock.
 """
 
@@ -38,6 +45,7 @@ class LeaderEpochCache:
             entries = []  # a garbled cache is rebuilt from the batches' epochs during recovery
         self.epochs = [e for e, _ in entries]
         self.offsets = [o for _, o in entries]
+        self.unflushed = False  # the file on disk may lack an entry (written without fsync)
 
     def entries(self) -> list[tuple[int, int]]:
         return list(zip(self.epochs, self.offsets, strict=True))
@@ -46,8 +54,14 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self.epochs[-1] if self.epochs else UNDEFINED
 
-    def _save(self) -> None:
-        write_entries(self.path, self.entries())
+    def _save(self, *, durable: bool = True) -> None:
+        write_entries(self.path, self.entries(), durable=durable)
+        self.unflushed = not durable
+
+    def flush(self) -> None:
+        """Make the file durable if an entry was written without fsync."""
+        if self.unflushed:
+            self._save()
 
     def assign(self, epoch: int, start_offset: int) -> None:
         """Record that ``epoch`` starts at ``start_offset`` (no-op if already known)."""
@@ -59,7 +73,7 @@ class LeaderEpochCache:
             self.offsets.pop()
         self.epochs.append(epoch)
         self.offsets.append(start_offset)
-        self._save()
+        self._save(durable=False)
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(largest epoch <= ``epoch``, start offset of the next epoch) as OffsetForLeaderEpoch answers.

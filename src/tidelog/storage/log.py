@@ -221,6 +221,7 @@ class PartitionLog:
         leo = self.log_end_offset
         self.epoch_cache.truncate_from_end(leo)
         self.epoch_cache.truncate_from_start(self.log_start_offset)
+        self.epoch_cache.flush()  # epochs re-learnt from recovered batches, before the recovery point moves
         self.recovery_point = leo if self.recovered_unclean or clean else min(recovery_point, leo)
         # Recovery reset the .txnindex of the segments it re-read: their aborts are indexed again.
         reindex_from = self._segments[recover_from].base_offset if recover_from < len(self._segments) else None
@@ -847,6 +848,7 @@ class PartitionLog:
             with self._lock:
                 raise self._io_failed(exc, "flush") from exc
         with self._lock:
+            self.epoch_cache.flush()  # durable before the recovery point passes its newest entry
             self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
             return self.recovery_point
 

@@ -461,3 +461,32 @@ def test_concurrent_reads_flushes_and_retention_see_a_consistent_log(open_log: L
         t.join()
     assert problems == []
     assert log.log_end_offset == 900 and log.log_start_offset > 0
+
+
+def test_a_new_leader_epoch_is_made_durable_by_flush_before_the_recovery_point_passes_it(tmp_path: Path) -> None:
+    """The append writes the epoch checkpoint without fsync (off the produce path); flush makes it durable."""
+    config = LogConfig()
+    log = reopen(tmp_path, config, clean=False)
+    log.append_as_leader(make_batch(2), leader_epoch=3, now_ms=NOW)
+    assert log.epoch_cache.unflushed
+    assert (tmp_path / "t-0" / "leader-epoch-checkpoint").read_text().splitlines() == ["0", "1", "3 0"]
+    assert log.flush() == 2
+    assert not log.epoch_cache.unflushed
+    log.append_as_leader(make_batch(1), leader_epoch=3, now_ms=NOW)
+    assert not log.epoch_cache.unflushed, "a known epoch writes nothing"
+    log.close(clean=False)
+
+
+def test_an_epoch_entry_lost_in_a_crash_is_relearnt_from_the_batches_above_the_recovery_point(tmp_path: Path) -> None:
+    config = LogConfig()
+    log = reopen(tmp_path, config, clean=False)
+    log.append_as_leader(make_batch(2), leader_epoch=1, now_ms=NOW)
+    log.flush()  # epoch 1 durable, recovery point 2
+    log.append_as_leader(make_batch(3), leader_epoch=4, now_ms=NOW)
+    log.close(clean=False)
+    # A power loss after the un-fsynced rename: the file on disk still holds only epoch 1.
+    (tmp_path / "t-0" / "leader-epoch-checkpoint").write_text("0\n1\n1 0\n")
+    log = reopen(tmp_path, config, clean=False)
+    assert log.epoch_cache.entries() == [(1, 0), (4, 2)]
+    assert not log.epoch_cache.unflushed
+    assert log.end_offset_for_epoch(1) == (1, 2)
