@@ -11,14 +11,13 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Message
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from helpers.broker_process import BrokerProcess, register_failure_report, wait_until
+from helpers.broker_process import BrokerProcess, wait_until
 from helpers.clients import (
     DeliveryLog,
     admin_client,
@@ -31,21 +30,6 @@ from helpers.clients import (
 )
 
 SHUTDOWN_BOUND_S = 5.0
-
-
-@pytest.fixture
-def start_broker(tmp_path: Path, pytestconfig: pytest.Config) -> Iterator[Callable[..., BrokerProcess]]:
-    register_failure_report(pytestconfig)
-    started: list[BrokerProcess] = []
-
-    def start(overrides: Mapping[str, object] | None = None) -> BrokerProcess:
-        broker = BrokerProcess(tmp_path / f"broker-{len(started)}", overrides)
-        started.append(broker)
-        return broker.start()
-
-    yield start
-    for broker in started:
-        broker.close()
 
 
 def by_partition(messages: list[Message]) -> dict[int, list[tuple[int, bytes | None, bytes | None]]]:
@@ -65,9 +49,9 @@ def stop_gracefully(broker: BrokerProcess, sig: int = signal.SIGTERM) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_everything_produced_is_there_after_a_graceful_restart(
-    start_broker: Callable[..., BrokerProcess], sig: int
+    fresh_broker: Callable[..., BrokerProcess], sig: int
 ) -> None:
-    broker = start_broker()
+    broker = fresh_broker()
     topic = create_topic(broker.bootstrap, "restart-me", partitions=3)
     log = DeliveryLog()
     prod = producer(broker.bootstrap, {"acks": "all", "linger.ms": 2})
@@ -87,9 +71,9 @@ def test_everything_produced_is_there_after_a_graceful_restart(
 
 
 def test_topics_keep_partitions_configs_and_deletions_across_a_restart(
-    start_broker: Callable[..., BrokerProcess],
+    fresh_broker: Callable[..., BrokerProcess],
 ) -> None:
-    broker = start_broker()
+    broker = fresh_broker()
     kept = create_topic(broker.bootstrap, "kept", partitions=2, config={"retention.ms": "7777777"})
     gone = create_topic(broker.bootstrap, "gone")
     admin = admin_client(broker.bootstrap)
@@ -107,8 +91,8 @@ def test_topics_keep_partitions_configs_and_deletions_across_a_restart(
     assert [m.value() for m in consume(broker.bootstrap, kept, 1, partitions=[1])] == [b"x"]
 
 
-def test_records_acknowledged_with_acks_all_survive_sigkill(start_broker: Callable[..., BrokerProcess]) -> None:
-    broker = start_broker({"log.flush.interval.messages": 1, "auto.create.topics.enable": "false"})
+def test_records_acknowledged_with_acks_all_survive_sigkill(fresh_broker: Callable[..., BrokerProcess]) -> None:
+    broker = fresh_broker({"log.flush.interval.messages": 1, "auto.create.topics.enable": "false"})
     topic = create_topic(broker.bootstrap, "killed", partitions=2)
     log = DeliveryLog()
     prod = producer(broker.bootstrap, {"acks": "all", "linger.ms": 0, "message.timeout.ms": 5000,
