@@ -34,6 +34,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from tidelog.storage.log import read_ranges
+
 COALESCE_BYTES = 64 * 1024  # memory parts below this are joined before writing; larger ones are not copied
 SENDFILE_MIN_BYTES = 128 * 1024  # file bytes in a response from which a worker thread sends it directly
 STALL_S = 0.1  # a socket that does not drain for this long is handed back to the event loop
@@ -62,17 +64,7 @@ class FileSlices:
 
     def read(self) -> bytes:
         """The bytes, one ``pread`` per range."""
-        return _read_ranges(self.ranges)
-
-
-def _read_ranges(ranges: Sequence[tuple[int, int, int]]) -> bytes:
-    parts = []
-    for fd, position, length in ranges:
-        data = os.pread(fd, length, position)
-        if len(data) != length:
-            raise OSError(f"file range shorter than its index says: {len(data)} of {length} bytes at {position}")
-        parts.append(data)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+        return read_ranges(self.ranges)
 
 
 def write_buffered(writer: asyncio.StreamWriter, parts: Sequence[Part]) -> None:
@@ -152,7 +144,7 @@ def _remainder(chunks: list[Chunk], index: int, offset: int) -> list[bytes | mem
         skip = offset if i == index else 0
         if isinstance(chunk, tuple):
             fd, position, length = chunk
-            out.append(_read_ranges([(fd, position + skip, length - skip)]))
+            out.append(read_ranges([(fd, position + skip, length - skip)]))
         else:
             out.append(chunk[skip:])
     return out

@@ -155,7 +155,7 @@ class Server:
         decoder = proto.decoder
         security = self.security.get(listener.name)
         plain_tcp = security is None or security.tls is None  # file ranges may go out with sendfile
-        if security is not None and not self._secure(conn, security, writer, decoder):
+        if security is not None and not self._secure(conn, security, writer):
             writer.close()
             return
         self._last_active[task] = (proto, writer)
@@ -190,9 +190,7 @@ class Server:
         finally:
             writer.close()
 
-    def _secure(
-        self, conn: ConnectionInfo, security: ListenerSecurity, writer: asyncio.StreamWriter, decoder: FrameDecoder
-    ) -> bool:
+    def _secure(self, conn: ConnectionInfo, security: ListenerSecurity, writer: asyncio.StreamWriter) -> bool:
         """Principal from the client certificate, or SASL authentication pending; False to close."""
         if security.principal_mapper is not None:
             try:
@@ -201,8 +199,7 @@ class Server:
                 self.protocol_log.warning(conn.host, "closing TLS connection from %s: %s", conn.peer, exc)
                 return False
         if security.sasl is not None:
-            conn.auth = SaslAuthenticator(security.sasl)
-            decoder.max_frame_bytes = min(self.max_frame_bytes, self.sasl_max_receive_bytes)
+            conn.auth = SaslAuthenticator(security.sasl)  # its frame limit was set when the connection was made
         return True
 
     def bound_endpoint(self, listener: Endpoint) -> Endpoint:

@@ -111,8 +111,18 @@ class FetchData:
 
     def read_bytes(self) -> bytes:
         """The batches as one buffer: one ``pread`` per range."""
-        parts = [os.pread(fd, length, position) for fd, position, length in self.ranges]
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return read_ranges(self.ranges)
+
+
+def read_ranges(ranges: list[tuple[int, int, int]]) -> bytes:
+    """The bytes of (fd, position, length) ranges, one ``pread`` each; OSError if a file is shorter."""
+    parts = []
+    for fd, position, length in ranges:
+        data = os.pread(fd, length, position)
+        if len(data) != length:
+            raise OSError(f"file range shorter than its index says: {len(data)} of {length} bytes at {position}")
+        parts.append(data)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def parse_dir_name(name: str) -> tuple[str, int]:
