@@ -58,7 +58,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         self._eof = False
         self._waiter: asyncio.Future[None] | None = None
         self.transport: asyncio.Transport | None = None
-        self.task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[None] | None = None  # held here: the loop keeps only weak references to tasks
         self.last_received = time.monotonic()
 
     # -- asyncio callbacks ----------------------------------------------------------------------
@@ -151,10 +151,6 @@ class KafkaProtocol(asyncio.BufferedProtocol):
             if self.transport is not None and not self.transport.is_closing():
                 self.transport.resume_reading()
         return frame, received
-
-    @property
-    def has_queued_frames(self) -> bool:
-        return bool(self._frames)
 
     def _pause_reading(self) -> None:
         if not self._reading_paused and self.transport is not None and not self.transport.is_closing():

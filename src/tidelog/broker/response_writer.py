@@ -111,7 +111,9 @@ class ResponseWriter:
         try:
             index, offset = await asyncio.shield(sending)
         except asyncio.CancelledError:
-            stop.set()  # the thread gives up at its next wait; it closes its own descriptor
+            if sending.cancelled():  # never ran (the pool was shut down): the descriptor is still ours
+                os.close(fd)
+            stop.set()  # otherwise the thread gives up at its next wait and closes its own descriptor
             raise
         if index < len(chunks):
             write_buffered(writer, _remainder(chunks, index, offset))
