@@ -13,7 +13,9 @@ both; the table shows every round and the median. Loads:
 - ``raw``: the raw pipelined producer, 500,000 x 1 KiB (the broker's intake ceiling);
 - ``consume``: confluent-kafka reads 2,000,000 x 100 B from one partition;
 - ``consume-java``: Kafka's ConsumerPerformance reads 500,000 x 1 KiB from one partition;
-- ``consume64``: confluent-kafka reads 500,000 x 1 KiB keyed records over 64 partitions (workload 4).
+- ``consume64``: confluent-kafka reads 500,000 x 1 KiB keyed records over 64 partitions (workload 4);
+- ``latency``: workload 3's probe for 10 s (2,000 records/s of 200 B, acks=all, linger 0): p50 and
+  p99 in ms, and the broker's CPU per record in µs (each record is one Produce and one Fetch).
 """
 
 from __future__ import annotations
@@ -64,6 +66,13 @@ def run_loads(bootstrap: str, loads: list[str], cpu: Callable[[], float]) -> dic
         create_topics(bootstrap, {"ab-consume64": 64})
         wl.confluent("produce", bootstrap, "ab-consume64", count=500_000, size=1024, keys=10_000)
         measure("consume64", lambda: wl.confluent("consume", bootstrap, "ab-consume64", count=500_000, size=1024))
+    if "latency" in loads:
+        create_topics(bootstrap, {"ab-latency": 1})
+        before = cpu()
+        result = wl.confluent("latency", bootstrap, "ab-latency", rate=2000, seconds=10, size=200, linger_ms=0)
+        figures["latency p50 ms"] = result.figures["lat_p50_ms"]
+        figures["latency p99 ms"] = result.figures["lat_p99_ms"]
+        figures["latency broker CPU us/record"] = (cpu() - before) / result.figures["records"] * 1e6
     return figures
 
 
