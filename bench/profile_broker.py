@@ -4,6 +4,7 @@
     python bench/profile_broker.py consume --count 500000 --size 1024      # (fills the topic first)
     python bench/profile_broker.py produce --tool java                      # Kafka's ProducerPerformance
     python bench/profile_broker.py consume --partitions 64 --keys 10000     # workload 4's consume
+    python bench/profile_broker.py latency --rate 1000                     # workload 3: 2,000 records/s, 10 s
 
 Starts tidelog (``bench/peers.py``), runs the load while ``py-spy record -f raw`` samples the broker
 (``--rate`` Hz, GIL-holding and idle frames both kept: ``--idle``), then prints the functions with
@@ -52,7 +53,7 @@ def summarise(raw: Path, top: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["produce", "consume"])
+    parser.add_argument("mode", choices=["produce", "consume", "latency"])
     parser.add_argument("--tool", choices=["confluent", "java"], default="confluent")
     parser.add_argument("--count", type=int, default=500_000)
     parser.add_argument("--size", type=int, default=1024)
@@ -82,6 +83,8 @@ def main() -> None:
             cpu = broker.cpu_seconds()
             if args.mode == "produce" and args.tool == "java":
                 run = wl.java_produce(peers.kafka_libs(), broker.bootstrap, topic, args.count, args.size, PRODUCER_PROPS)
+            elif args.mode == "latency":
+                run = wl.confluent("latency", broker.bootstrap, topic, rate=2000, seconds=10, size=200, linger_ms=0)
             elif args.mode == "produce":
                 run = wl.confluent("produce", broker.bootstrap, topic, count=args.count, size=args.size, keys=args.keys)
             elif args.tool == "java":
@@ -93,8 +96,12 @@ def main() -> None:
             spy.wait(30)
         finally:
             broker.stop()
-        print(f"{args.mode} {args.count:,} x {args.size} B with {run.tool}: {run.figures['mb_s']:.0f} MB/s, "
-              f"broker CPU {cpu:.2f} s, tool {run.client_cores:.2f} cores")
+        if args.mode == "latency":
+            print(f"latency 2,000/s x 200 B for 10 s: p50 {run.figures['lat_p50_ms']:.2f} ms, "
+                  f"p99 {run.figures['lat_p99_ms']:.2f} ms, broker CPU {cpu:.2f} s")
+        else:
+            print(f"{args.mode} {args.count:,} x {args.size} B with {run.tool}: {run.figures['mb_s']:.0f} MB/s, "
+                  f"broker CPU {cpu:.2f} s, tool {run.client_cores:.2f} cores")
         print(summarise(raw, args.top))
 
 

@@ -263,15 +263,8 @@ class PartitionLog:
         """Every batch from the one holding ``start_offset`` to the end (headers only)."""
         i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
         for seg in self._segments[i:]:
-            found = seg.find(start_offset)
-            if found is None:
-                continue
-            position, header = found
-            current: BatchHeader | None = header
-            while current is not None:
-                yield seg, current, position
-                position += current.size
-                current = seg.header_at(position)
+            for position, header in seg.batches_from(start_offset):
+                yield seg, header, position
 
     def _apply_producer(self, seg: LogSegment, header: BatchHeader, position: int) -> AbortedTxn | None:
         """Update producer state for a batch now in the log; return the aborted txn it ends, if any."""
@@ -606,6 +599,10 @@ class PartitionLog:
             if offset < self.log_start_offset or offset > leo:
                 raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
                                  f"offset {offset} outside [{self.log_start_offset}, {leo}]")
+            if offset == leo or (max_offset is not None and offset >= max_offset):
+                # Nothing to read (a consumer at the tail, waiting for the next append): no file access.
+                return FetchData([], self._high_watermark, self.log_start_offset, leo, self.last_stable_offset,
+                                 offset, holders=[])
             ranges: list[tuple[int, int, int]] = []
             holders: list[object] = []
             remaining = max_bytes
@@ -644,15 +641,8 @@ class PartitionLog:
             return out
 
     def _batches_from(self, seg: LogSegment, offset: int) -> Iterator[tuple[BatchHeader, int]]:
-        found = seg.find(offset)
-        if found is None:
-            return
-        position, header = found
-        current: BatchHeader | None = header
-        while current is not None:
-            yield current, position
-            position += current.size
-            current = seg.header_at(position)
+        for position, header in seg.batches_from(offset):
+            yield header, position
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
         """(offset, timestamp, leader epoch) of the first record with timestamp >= ``timestamp``."""

@@ -76,6 +76,36 @@ def test_a_batch_too_big_for_the_fetch_is_never_skipped(open_log: LogFactory) ->
     assert got.ranges == [] and got.end_offset == 1
 
 
+def test_reads_find_every_offset_when_batches_straddle_the_header_scan_window(open_log: LogFactory) -> None:
+    # A sparse index (one entry per 64 KiB) makes each read walk many batch headers through the
+    # segment's 16 KiB scan window; batch sizes vary so that headers and bodies straddle its edges.
+    log = open_log(LogConfig(index_interval_bytes=64 * 1024))
+    bounds = []
+    for i in range(300):
+        info = log.append_as_leader(make_batch(1 + i % 3, value=b"v" * (37 * (i % 11))), leader_epoch=0, now_ms=NOW)
+        bounds.append((info.first_offset, info.last_offset))
+    everything = log.read(0, 1 << 24).read_bytes()
+    assert offsets_of(everything) == bounds
+    for first, last in bounds[::7] + bounds[-3:]:
+        got = log.read(last, 1 << 24)
+        assert offsets_of(got.read_bytes())[0] == (first, last)
+        assert got.end_offset == bounds[-1][1] + 1
+    # And a byte limit that ends mid-walk: whole batches only, the next offset where they stop.
+    limited = log.read(bounds[100][0], 5000, min_one_batch=False)
+    returned = offsets_of(limited.read_bytes())
+    assert returned[0] == bounds[100] and limited.end_offset == returned[-1][1] + 1
+    assert limited.size <= 5000
+
+
+def test_a_read_at_the_log_end_or_the_bound_is_empty(open_log: LogFactory) -> None:
+    log = open_log()
+    for n in (1, 3):
+        log.append_as_leader(make_batch(n), leader_epoch=0, now_ms=NOW)
+    for offset, max_offset in ((4, None), (1, 1), (3, 2)):
+        got = log.read(offset, 1 << 20, max_offset=max_offset)
+        assert (got.ranges, got.end_offset, got.high_watermark) == ([], offset, 4)
+
+
 @pytest.mark.parametrize("offset", [-1, 7])
 def test_read_outside_the_log_is_out_of_range(open_log: LogFactory, offset: int) -> None:
     log = open_log()
