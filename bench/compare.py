@@ -5,8 +5,16 @@
     python bench/compare.py --quick --only tidelog,kafka --workloads 1,3
     python bench/compare.py --json results.json          # also write every figure and tool run
 
-Each broker (``bench/peers.py``) is started in turn on free ports with its data under ``--workdir``,
-the selected workloads run against it, and it is stopped. Workloads (issue 9):
+Brokers (``bench/peers.py``) run on free ports with their data under ``--workdir``. With ``--order
+interleaved`` (the default) the selected workloads are split into groups: 1 and 2 together (2 consumes
+what 1 produced), every other workload alone. For each group every broker in turn is started afresh
+(its own folder, ``<name>-g<group>``), runs the group's workloads, and is stopped; the brokers' order
+is reversed every other group. So a workload's figures for the brokers are taken minutes apart, not
+tens of minutes: on this shared 2-core VM every broker's figures come out lower late in a long run,
+and a ratio of figures from different moments compares the moments. ``--order sequential`` is the
+old way: each broker started once and running every workload before the next broker starts.
+A broker that cannot start is left out of that group (listed under the table); the others go on.
+Workloads (issue 9):
 
 1. produce 500,000 x 1 KiB and 2,000,000 x 100 B; acks=all, linger 5 ms, batch 1 MiB, idempotent;
    with Kafka's ProducerPerformance and with a confluent-kafka process; and the broker's own intake
@@ -275,9 +283,9 @@ def w4_partitions(ctx: Context) -> None:
 def w5_idle(ctx: Context) -> None:
     """ProducerPerformance with and without 1,000 idle connections, alternating, on the same broker.
 
-    The baseline is measured here rather than taken from workload 1: by now the broker has written
-    gigabytes (the disk's writeback weighs on later runs) and a JVM broker has warmed up, so runs
-    from different moments would compare the moments, not the connections.
+    The baseline is measured here rather than taken from workload 1: workload 1 ran at another moment
+    (with ``--order sequential`` on the same broker, which has since written gigabytes and, for a JVM,
+    warmed up), so runs from different moments would compare the moments, not the connections.
     """
     count = ctx.scale.big
     with ctx.guard("workload 5"):
@@ -350,39 +358,73 @@ def measure_ceilings(scale: Scale) -> dict[str, float]:
     return ceilings
 
 
-def start(name: str, workdir: Path, libs: Path, args: argparse.Namespace) -> peers.Broker:
+def start(name: str, folder: Path, libs: Path, args: argparse.Namespace) -> peers.Broker:
+    """``name`` started afresh with its data and logs in ``folder``."""
     if name == "tidelog":
-        return peers.start_tidelog(workdir / "tidelog", loop=args.tidelog_loop)
+        return peers.start_tidelog(folder, loop=args.tidelog_loop)
     if name == "kafka":
-        return peers.start_kafka(workdir / "kafka", libs)
-    return peers.start_tansu(workdir / "tansu")
+        return peers.start_kafka(folder, libs)
+    return peers.start_tansu(folder)
 
 
-def run_broker(name: str, args: argparse.Namespace, scale: Scale, libs: Path, ceilings: dict[str, float],
-               workdir: Path) -> Context:
+def workload_groups(selected: list[int], order: str) -> list[tuple[int, ...]]:
+    """The workloads one broker start runs: all of them (sequential), or 1 and 2 together and the rest alone.
+
+    Workload 2 consumes the topics workload 1 produced (``ctx.topics``), so the two share a broker.
+    """
+    if order == "sequential":
+        return [tuple(selected)]
+    groups: list[tuple[int, ...]] = []
+    for number in selected:
+        if number == 2 and groups and groups[-1] == (1,):
+            groups[-1] = (1, 2)
+        else:
+            groups.append((number,))
+    return groups
+
+
+def run_workloads(ctx: Context, group: tuple[int, ...]) -> None:
+    """``group`` against ``ctx.broker``, each workload with the broker's CPU seconds and peak RSS."""
+    for number in group:
+        ctx.broker.reset_peak_rss()
+        cpu = ctx.broker.cpu_seconds()
+        began = time.monotonic()
+        WORKLOADS[number](ctx)
+        if number != 6:  # workload 6 restarts the broker: its own figures say it
+            ctx.plain(f"{number}.cpu_s", f"{number}   broker CPU seconds (whole workload)", "s", False,
+                      ctx.broker.cpu_seconds() - cpu)
+            ctx.plain(f"{number}.peak_rss", f"{number}   broker peak RSS", "MiB", False,
+                      ctx.broker.peak_rss_bytes() / wl.MIB)
+        print(f"  workload {number} done in {time.monotonic() - began:.0f} s", file=sys.stderr)
+
+
+def run_group(name: str, index: int, count: int, group: tuple[int, ...], contexts: dict[str, Context],
+              args: argparse.Namespace, scale: Scale, libs: Path, ceilings: dict[str, float], tmp: Path) -> None:
+    """A fresh ``name`` in ``<tmp>/<name>-g<index>`` runs ``group``; its figures go to ``contexts[name]``.
+
+    The broker's first start makes its Context and gives the start-up figures; ``9.load`` is rewritten
+    after every group, so it ends as the load after the broker's last one.
+    Raises ``peers.BrokerUnavailable`` when the broker cannot start.
+    """
+    folder = tmp / f"{name}-g{index}"
     load_before = os.getloadavg()
-    broker = start(name, workdir, libs, args)
-    print(f"== {name} on {broker.bootstrap} (started in {broker.startup_s:.1f} s; load {load_before[0]:.2f})",
-          file=sys.stderr)
-    ctx = Context(args, scale, libs, ceilings, broker)
-    ctx.plain("0.startup_s", "0 start-up, empty (until ApiVersions)", "s", False, broker.startup_s)
-    ctx.plain("0.rss", "0 RSS idle after start", "MiB", False, broker.rss_bytes() / wl.MIB)
+    broker = start(name, folder, libs, args)
+    print(f"== {name} on {broker.bootstrap}, group {index}/{count}: workloads {', '.join(map(str, group))} "
+          f"(started in {broker.startup_s:.1f} s; load {load_before[0]:.2f})", file=sys.stderr)
+    ctx = contexts.get(name)
+    if ctx is None:
+        ctx = contexts[name] = Context(args, scale, libs, ceilings, broker)
+        ctx.plain("0.startup_s", "0 start-up, empty (until ApiVersions)", "s", False, broker.startup_s)
+        ctx.plain("0.rss", "0 RSS idle after start", "MiB", False, broker.rss_bytes() / wl.MIB)
+    ctx.broker = broker
+    ctx.topics.clear()  # the previous group's topics were on another broker
     try:
-        for number in args.workloads:
-            ctx.broker.reset_peak_rss()
-            cpu = ctx.broker.cpu_seconds()
-            began = time.monotonic()
-            WORKLOADS[number](ctx)
-            if number != 6:  # workload 6 restarts the broker: its own figures say it
-                ctx.plain(f"{number}.cpu_s", f"{number}   broker CPU seconds (whole workload)", "s", False,
-                          ctx.broker.cpu_seconds() - cpu)
-                ctx.plain(f"{number}.peak_rss", f"{number}   broker peak RSS", "MiB", False,
-                          ctx.broker.peak_rss_bytes() / wl.MIB)
-            print(f"  workload {number} done in {time.monotonic() - began:.0f} s", file=sys.stderr)
+        run_workloads(ctx, group)
     finally:
         ctx.broker.stop()
+        if not args.keep:  # its data is of no further use: leave the next group a disk without it
+            shutil.rmtree(folder, ignore_errors=True)
     ctx.plain("9.load", "load average (1 min) after the run", "", False, os.getloadavg()[0])
-    return ctx
 
 
 def raise_fd_limit() -> None:
@@ -440,6 +482,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, help="partitions of workload 6 (default 10,000; --quick 2,000)")
     parser.add_argument("--keep", action="store_true", help="keep the brokers' folders (data and logs)")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the mock-cluster ceiling runs")
+    parser.add_argument("--order", choices=["interleaved", "sequential"], default="interleaved",
+                        help="interleaved (default): per group of workloads, every broker in turn, each started "
+                             "afresh; sequential: each broker runs every workload before the next starts")
     args = parser.parse_args()
     args.workloads = sorted({int(w) for w in args.workloads.split(",")})
     names = [n.strip() for n in args.only.split(",") if n.strip()]
@@ -453,19 +498,29 @@ def main() -> None:
     libs = peers.kafka_libs()
     print(f"Apache Kafka {peers.kafka_version(libs)} tools from {libs}; load {os.getloadavg()}", file=sys.stderr)
     ceilings = {} if args.no_ceiling else measure_ceilings(scale)
-    results: dict[str, Context] = {}
+    contexts: dict[str, Context] = {}
+    groups = workload_groups(args.workloads, args.order)
+    skipped: dict[str, list[str]] = {name: [] for name in names}  # groups a broker could not start for
     tmp = tempfile.mkdtemp(prefix="tidelog-compare-", dir=args.workdir or "/var/tmp")
     try:
-        for name in names:
-            try:
-                results[name] = run_broker(name, args, scale, libs, ceilings, Path(tmp))
-            except peers.BrokerUnavailable as exc:
-                print(f"{name} unavailable: {exc}", file=sys.stderr)
+        for index, group in enumerate(groups, 1):
+            # Every other group in the reverse order: no broker always runs first (or last).
+            for name in names if index % 2 else names[::-1]:
+                try:
+                    run_group(name, index, len(groups), group, contexts, args, scale, libs, ceilings, Path(tmp))
+                except peers.BrokerUnavailable as exc:
+                    print(f"{name} unavailable for group {index} (workloads {', '.join(map(str, group))}): {exc}",
+                          file=sys.stderr)
+                    first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+                    skipped[name].append(f"{name}: workloads {', '.join(map(str, group))}: unavailable: {first}")
     finally:
         if args.keep:
             print(f"broker folders kept in {tmp}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+    results = {name: contexts[name] for name in names if name in contexts}  # the table's columns: --only's order
+    for name, ctx in results.items():
+        ctx.failures.extend(skipped[name])
     print(table(results))
     print(f"\nRLIMIT_NOFILE {resource.getrlimit(resource.RLIMIT_NOFILE)[0]}; load average {os.getloadavg()}")
     print(f"c = client-bound (tool >= {CLIENT_BOUND_CORES} core, or >= {CLIENT_BOUND_SHARE:.0%} of its mock ceiling); "
