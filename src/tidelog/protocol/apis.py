@@ -126,6 +126,9 @@ ACCEPTED: dict[ApiKey, tuple[int, int]] = {
 _ADVERTISED_MIN: dict[ApiKey, int] = {ApiKey.PRODUCE: 0}
 
 _KNOWN = frozenset(int(key) for key in ApiKey)
+# By wire value, for the per-request checks: ``ApiKey(value)`` goes through the enum machinery (µs).
+_BY_VALUE: dict[int, ApiKey] = {int(key): key for key in ApiKey}
+_RANGES: dict[int, tuple[int, int]] = {int(key): versions for key, versions in ACCEPTED.items()}
 
 
 def is_known(value: int) -> bool:
@@ -151,12 +154,15 @@ def advertised_range(key: int) -> tuple[int, int]:
     return _ADVERTISED_MIN.get(ApiKey(key), low), high
 
 
+def known_key(value: int) -> ApiKey | None:
+    """The ``ApiKey`` for a wire value, or None if tidelog does not serve it."""
+    return _BY_VALUE.get(value)
+
+
 def is_supported(key: int, version: int) -> bool:
     """Whether tidelog decodes this key at this version."""
-    if key not in _KNOWN:
-        return False
-    low, high = ACCEPTED[ApiKey(key)]
-    return low <= version <= high
+    versions = _RANGES.get(key)
+    return versions is not None and versions[0] <= version <= versions[1]
 
 
 @functools.cache
