@@ -1,8 +1,10 @@
 """Wake-ups for delayed fetches: a fetch that found too few bytes waits here until an append.
 
-A waiting fetch registers one ``asyncio.Event`` on each partition it reads; an append to a partition
-sets the events registered on it. The fetch then reads again and either answers or waits for the
-rest of its ``max_wait_ms``. No polling: a waiter costs nothing until an append touches its partitions.
+A waiting fetch registers one future on each partition it reads; an append to a partition resolves
+the futures registered on it. The fetch then reads again and either answers or waits for the rest of
+its ``max_wait_ms``. No polling: a waiter costs nothing until an append touches its partitions.
+A bare future (not an ``asyncio.Event`` under ``wait_for``, which wraps the wait in a task of its
+own) wakes the fetch in one step of the event loop.
 """
 
 from __future__ import annotations
@@ -12,11 +14,17 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 TopicPartition = tuple[str, int]
+Waiter = asyncio.Future[None]
+
+
+def wake(waiter: Waiter) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class FetchPurgatory:
     def __init__(self) -> None:
-        self._watchers: defaultdict[TopicPartition, set[asyncio.Event]] = defaultdict(set)
+        self._watchers: defaultdict[TopicPartition, set[Waiter]] = defaultdict(set)
         self.closed = False
 
     def close(self) -> None:
@@ -24,29 +32,29 @@ class FetchPurgatory:
         self.closed = True
         self.notify_all()
 
-    def watch(self, partitions: Iterable[TopicPartition], event: asyncio.Event) -> None:
+    def watch(self, partitions: Iterable[TopicPartition], waiter: Waiter) -> None:
         for tp in partitions:
-            self._watchers[tp].add(event)
+            self._watchers[tp].add(waiter)
 
-    def unwatch(self, partitions: Iterable[TopicPartition], event: asyncio.Event) -> None:
+    def unwatch(self, partitions: Iterable[TopicPartition], waiter: Waiter) -> None:
         for tp in partitions:
-            events = self._watchers.get(tp)
-            if events is not None:
-                events.discard(event)
-                if not events:
+            waiters = self._watchers.get(tp)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
                     del self._watchers[tp]
 
     def notify(self, tp: TopicPartition) -> None:
-        events = self._watchers.get(tp)
-        if events:
-            for event in events:
-                event.set()
+        waiters = self._watchers.get(tp)
+        if waiters:
+            for waiter in waiters:
+                wake(waiter)
 
     def notify_all(self) -> None:
         """Wake every waiter (shutdown, topic deletion)."""
-        for events in self._watchers.values():
-            for event in events:
-                event.set()
+        for waiters in self._watchers.values():
+            for waiter in waiters:
+                wake(waiter)
 
     @property
     def waiting(self) -> int:

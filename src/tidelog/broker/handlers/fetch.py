@@ -29,6 +29,7 @@ from tidelog.broker.authz import Op, authorize_cluster, denied_topics
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.fetch_sessions import FetchContext, SessionPartition, TopicPartition
 from tidelog.broker.handlers.common import check_leader_epoch, partition_log
+from tidelog.broker.purgatory import wake
 from tidelog.broker.response_writer import FileSlices
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.errors import ErrorCode, KafkaError
@@ -158,14 +159,15 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
         remaining = deadline - asyncio.get_running_loop().time()
         if enough or errors or remaining <= 0 or not tps or ctx.purgatory.closed:
             break
-        woken = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
         ctx.purgatory.watch(tps, woken)
+        timer = loop.call_later(remaining, wake, woken)  # max_wait_ms: the same wake-up, with nothing new
         waited_from = time.perf_counter()
         try:
-            await asyncio.wait_for(woken.wait(), remaining)
-        except TimeoutError:
-            pass
+            await woken
         finally:
+            timer.cancel()
             ctx.purgatory.unwatch(tps, woken)
             if conn.request_timer is not None:
                 conn.request_timer.add_remote(time.perf_counter() - waited_from)
