@@ -153,7 +153,17 @@ def test_client_gone_mid_response_is_a_connection_error(data_file: tuple[int, by
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST on close
         return head
 
-    result = serve_once(lambda w: writer.write(w, parts, direct_allowed=True), read_a_little)
+    async def write(w: asyncio.StreamWriter) -> None:
+        # Small kernel buffers on both sides: the 1.3 MiB response cannot all be taken in before the
+        # reset, whatever the loopback's autotuning (with large ones the write could finish first).
+        w.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 102400)
+        await writer.write(w, parts, direct_allowed=True)
+
+    def small_window_reader(sock: socket.socket) -> bytes:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        return read_a_little(sock)
+
+    result = serve_once(write, small_window_reader)
     writer.close()
     assert isinstance(result.get("server_error"), ConnectionError), result.get("server_error")
 
