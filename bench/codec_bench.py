@@ -3,8 +3,10 @@
     python bench/codec_bench.py [--repeat N]
 
 Cases: FetchResponse v16 with 10 partitions of 64 KiB records; MetadataResponse v12 with 100
-topics x 10 partitions (3 replicas each); decode of a ProduceRequest v9 carrying one 64 KiB batch.
-Figures, not pass/fail.
+topics x 10 partitions (3 replicas each); decode of a ProduceRequest v9 carrying one 64 KiB batch;
+and the small requests of the latency workload (a Produce v9 of one 200 B record, a Fetch v12 of one
+partition): the request header, the whole decode, and its two parts, the schema walk that guards kio
+(``codec._Walker``) and kio's own reader. Figures, not pass/fail.
 """
 
 from __future__ import annotations
@@ -18,15 +20,17 @@ from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch_request
 from kio.schema.fetch.v16 import response as fetch
 from kio.schema.metadata.v12 import response as metadata
 from kio.schema.produce.v9 import request as produce
 from kio.schema.request_header.v2.header import RequestHeader as KioHeaderV2
 from kio.serial import entity_writer
-from kio.static.primitive import i16, i32, i32Timedelta
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
-from tidelog.protocol.codec import decode_request, encode_response
+from tidelog.protocol.codec import _plan, _reader, _Walker, decode_request, encode_response
 from tidelog.protocol.headers import parse_request_header
+from tidelog.protocol.records import Record, build_batch
 
 ZERO = i32Timedelta.parse(datetime.timedelta(0))
 
@@ -86,6 +90,30 @@ def metadata_response() -> Any:
     return metadata.MetadataResponse(
         throttle_time=ZERO, brokers=brokers, cluster_id="tidelog", controller_id=i32(0), topics=topics
     )
+
+
+def small_frames() -> dict[str, bytes]:
+    """The latency workload's requests: a Produce v9 of one 200 B record, a Fetch v12 of one partition."""
+    batch = build_batch([Record(0, 1_700_000_000_000, None, b"x" * 200)])
+    produce_request = produce.ProduceRequest(
+        transactional_id=None, acks=i16(-1), timeout=datetime.timedelta(seconds=30),
+        topic_data=(produce.TopicProduceData(
+            name="lat", partition_data=(produce.PartitionProduceData(index=i32(0), records=batch),)),),
+    )
+    fetch_req = fetch_request.FetchRequest(
+        replica_id=i32(-1), max_wait=datetime.timedelta(milliseconds=500), min_bytes=i32(1), max_bytes=i32(52_428_800),
+        isolation_level=i8(0), session_id=i32(0), session_epoch=i32(-1),
+        topics=(fetch_request.FetchTopic(topic="lat", partitions=(fetch_request.FetchPartition(
+            partition=i32(0), current_leader_epoch=i32(0), fetch_offset=i64(100), last_fetched_epoch=i32(0),
+            log_start_offset=i64(-1), partition_max_bytes=i32(1_048_576)),)),),
+        forgotten_topics_data=(), rack_id="",
+    )
+    frames = {}
+    for name, request in (("Produce v9, 1 x 200 B", produce_request), ("Fetch v12, 1 partition", fetch_req)):
+        header = KioHeaderV2(request_api_key=i16(request.__api_key__), request_api_version=i16(request.__version__),
+                             correlation_id=i32(7), client_id="rdkafka")
+        frames[name] = kio_encode(header) + kio_encode(request)
+    return frames
 
 
 def produce_frame() -> bytes:
@@ -156,6 +184,19 @@ def main() -> None:
         print(f"{name:<28}{kio_us:>12.1f}{our_us:>14.1f}{kio_us / our_us:>9.1f}x")
     decode_us = per_call_us(lambda: decode_request(parse_request_header(frame), frame), args.repeat * 10)
     print(f"{'Produce v9 decode, 64 KiB':<28}{'':>12}{decode_us:>14.1f}")
+    print(f"\n{'small request':<28}{'header µs':>10}{'decode µs':>10}{'walk µs':>10}{'kio µs':>10}")
+    for name, small in small_frames().items():
+        header = parse_request_header(small)
+        plan, read = _plan(type(decode_request(header, small))), _reader(type(decode_request(header, small)))
+        figures = [
+            per_call_us(lambda small=small: parse_request_header(small), args.repeat * 10),  # type: ignore[misc]
+            per_call_us(lambda small=small, header=header: decode_request(header, small), args.repeat * 10),  # type: ignore[misc]
+            per_call_us(lambda small=small, header=header, plan=plan: _Walker(small, strip=False).walk(  # type: ignore[misc]
+                plan, header.body_offset), args.repeat * 10),
+            per_call_us(lambda small=small, header=header, read=read: read(small, header.body_offset),  # type: ignore[misc]
+                        args.repeat * 10),
+        ]
+        print(f"{name:<28}" + "".join(f"{value:>10.1f}" for value in figures))
 
 
 if __name__ == "__main__":

@@ -36,9 +36,9 @@ _SHALLOW = struct.Struct(">qi")  # base offset, batch length
 _LAST_DELTA = struct.Struct(">i")
 _RECOVERY_WINDOW = 32 * 1024 * 1024
 _IOV_MAX = 1024
-# Batch headers are read through a window of this many bytes: one pread serves every header in it.
-# It covers a whole index interval (index.interval.bytes, 4 KiB by default) with room to spare, so
-# finding an offset from its index entry is one pread instead of one per batch.
+# Small batches' headers are read through a window of this many bytes: one pread serves every header
+# in it. It covers a whole index interval (index.interval.bytes, 4 KiB by default) with room to spare,
+# so finding an offset from its index entry is one or two preads instead of one per batch.
 _SCAN_WINDOW = 16 * 1024
 Buffer = bytes | bytearray | memoryview
 
@@ -115,16 +115,19 @@ class LogSegment:
     def headers_from(self, position: int) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each whole batch from ``position`` to the end or a torn tail.
 
-        Headers are parsed out of a 16 KiB window of the file (one pread per window), not read one
-        pread each: a fetch from an index entry walks up to 4 KiB of small batches.
+        Among small batches, headers are parsed out of a 16 KiB window of the file (one pread per
+        window) rather than read one pread each: a fetch from an index entry walks up to 4 KiB of
+        small batches. Among large ones each header is read alone, as a window would copy records
+        that sendfile sends anyway (``bench/read_path_bench.py`` has the figures).
         """
         size = self.size
         window: bytes = b""
         start = position
+        read_size = HEADER_SIZE  # until a small batch shows that a window is worth reading
         while position + HEADER_SIZE <= size:
             at = position - start
             if at + HEADER_SIZE > len(window):
-                window = os.pread(self.fd, min(_SCAN_WINDOW, size - position), position)
+                window = os.pread(self.fd, min(read_size, size - position), position)
                 start, at = position, 0
                 if len(window) < HEADER_SIZE:
                     return
@@ -133,6 +136,9 @@ class LogSegment:
                 return
             yield position, header
             position += header.size
+            # Among large batches a window would hold one header and copy kilobytes of records for
+            # nothing (the records go out by sendfile): read just the next header then.
+            read_size = HEADER_SIZE if header.size > _SCAN_WINDOW // 4 else _SCAN_WINDOW
 
     def batches_from(self, offset: int) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each batch from the first whose last offset is >= ``offset``."""
