@@ -165,3 +165,47 @@ def test_a_damaged_tail_recovers_to_the_longest_valid_prefix(
         assert (fetch.read_bytes() if fetch.ranges else b"") == prefix
         assert seg.stat().st_size == len(prefix)
         log.close()
+
+
+@settings(max_examples=120)
+@given(
+    st.lists(st.tuples(st.integers(1, 4), st.integers(0, 150)), min_size=1, max_size=25),  # batches fit a segment
+    st.data(),
+)
+def test_a_sliced_read_holds_the_whole_batch_read_and_at_most_one_partial_batch_after_it(
+    shapes: list[tuple[int, int]], data: st.DataObject
+) -> None:
+    """``whole_batches=False`` (the consumer fetch) cuts the log at the byte limit without walking it.
+
+    Its bytes start with exactly the whole-batch read's bytes; after them comes at most a part of the
+    next batch of the same segment; nothing at or after ``max_offset``; and ``end_offset`` bounds
+    every offset returned from above without being below the whole-batch read's.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        log = PartitionLog(Path(tmp) / "t-0", CONFIG, now_ms=NOW)
+        try:
+            for n, size in shapes:
+                log.append_as_leader(batch(n, size, NOW), leader_epoch=0, now_ms=NOW)
+            end = log.log_end_offset
+            offset = data.draw(st.integers(0, end - 1))
+            max_bytes = data.draw(st.integers(0, 3000))
+            max_offset = data.draw(st.none() | st.integers(offset, end))
+            min_one = data.draw(st.booleans())
+            whole = log.read(offset, max_bytes, max_offset=max_offset, min_one_batch=min_one)
+            sliced = log.read(offset, max_bytes, max_offset=max_offset, min_one_batch=min_one, whole_batches=False)
+            whole_bytes = whole.read_bytes() if whole.ranges else b""
+            sliced_bytes = sliced.read_bytes() if sliced.ranges else b""
+            assert sliced_bytes[: len(whole_bytes)] == whole_bytes
+            assert len(sliced_bytes) <= max(max_bytes, len(whole_bytes))
+            tail = sliced_bytes[len(whole_bytes):]
+            if tail:  # one cut batch: its header may be whole, the batch never is
+                assert len(tail) < 12 or int.from_bytes(tail[8:12], "big") + 12 > len(tail)
+                if len(tail) >= 8:
+                    tail_base = int.from_bytes(tail[:8], "big")
+                    assert sliced.end_offset > tail_base
+                    assert max_offset is None or tail_base < max_offset
+            assert sliced.end_offset >= whole.end_offset
+            if max_offset is not None:
+                assert all(h.last_offset < max_offset for h, _ in iter_batches(whole_bytes, validate=False))
+        finally:
+            log.close(clean=False)

@@ -89,7 +89,8 @@ class AppendInfo:
 class FetchData:
     """Whole batches as (fd, position, length) ranges, plus the log's offsets at read time.
 
-    ``end_offset`` is one past the last offset returned (the requested offset when empty).
+    ``end_offset`` is one past the last offset returned (the requested offset when empty); for a read
+    that may end in a partial batch (``whole_batches=False``) an upper bound of it.
 
     A range stays readable as long as this object lives, even if its segment is removed meanwhile
     (``holders`` keeps the segment, hence its descriptor, alive).
@@ -436,7 +437,8 @@ class PartitionLog:
     def _assign_and_write(
         self, buf: memoryview, headers: list[tuple[BatchHeader, int]], leader_epoch: int, now_ms: int
     ) -> AppendInfo:
-        self._maybe_roll(len(buf), sum(h.last_offset_delta + 1 for h, _ in headers), now_ms)
+        incoming_ts = now_ms if self.config.log_append_time else max(h.max_timestamp for h, _ in headers)
+        self._maybe_roll(len(buf), sum(h.last_offset_delta + 1 for h, _ in headers), now_ms, incoming_ts)
         first = next_offset = self.log_end_offset
         append_time = now_ms if self.config.log_append_time else -1
         infos: list[BatchInfo] = []
@@ -524,7 +526,8 @@ class PartitionLog:
                 self.roll(now_ms=now, start_offset=first)
             else:
                 span = headers[-1][0].next_offset - self.active_segment.base_offset
-                self._maybe_roll(len(buf), span - (self.log_end_offset - self.active_segment.base_offset), now)
+                self._maybe_roll(len(buf), span - (self.log_end_offset - self.active_segment.base_offset), now,
+                                 max(h.max_timestamp for h, _ in headers))
             infos = [BatchInfo(p, h.size, h.base_offset, h.last_offset, h.max_timestamp) for h, p in headers]
             seg = self.active_segment
             start_position = seg.size
@@ -546,13 +549,14 @@ class PartitionLog:
 
     # -- rolling --------------------------------------------------------------------------------
 
-    def _maybe_roll(self, size: int, offsets: int, now_ms: int) -> None:
+    def _maybe_roll(self, size: int, offsets: int, now_ms: int, max_timestamp: int) -> None:
+        """Roll before appending ``size`` bytes of ``offsets`` offsets whose max timestamp is ``max_timestamp``."""
         seg = self.active_segment
         if seg.size == 0:
             return
         if (seg.size + size > self.config.segment_bytes
                 or seg.index_full
-                or seg.roll_due(now_ms, self.config.segment_ms)
+                or seg.roll_due(now_ms, max_timestamp, self.config.segment_ms)
                 or self.log_end_offset + offsets - seg.base_offset > _MAX_RELATIVE_OFFSET):
             self.roll(now_ms=now_ms)
 
@@ -584,7 +588,7 @@ class PartitionLog:
 
     def read(
         self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True,
-        isolation_committed: bool = False,
+        isolation_committed: bool = False, whole_batches: bool = True,
     ) -> FetchData:
         """Whole batches from the one holding ``offset``, at most ``max_bytes`` (but one batch at least
         when ``min_one_batch``), none reaching ``max_offset`` (exclusive: the HW or the LSO).
@@ -592,6 +596,12 @@ class PartitionLog:
         OFFSET_OUT_OF_RANGE when ``offset`` is below the log start or above the log end; at the log
         end the answer is empty. With ``isolation_committed`` the aborted transactions overlapping
         the range are listed in ``FetchData.aborted``.
+
+        ``whole_batches=False`` is the consumer fetch's way (Kafka's): the bytes from the batch holding
+        ``offset`` up to ``max_bytes``, found without walking the batches in between, so the last
+        batch may be cut short (clients drop a partial last batch); ``end_offset`` is then an upper
+        bound of the offsets returned. The broker's own readers, which decode what they read, keep
+        whole batches.
         """
         with self._lock:
             self._check_online()
@@ -612,8 +622,8 @@ class PartitionLog:
                 for seg in self._segments[i:]:
                     if remaining <= 0 and not (min_one_batch and not ranges):
                         break
-                    pos, length, nxt = seg.read_range(position_offset, remaining, max_offset,
-                                                      min_one_batch and not ranges)
+                    plan = seg.read_range if whole_batches else seg.slice_range
+                    pos, length, nxt = plan(position_offset, remaining, max_offset, min_one_batch and not ranges)
                     if length:
                         ranges.append((seg.fd, pos, length))
                         holders.append(seg)

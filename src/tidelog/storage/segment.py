@@ -19,6 +19,7 @@ its lock. ``pread`` on the fd is safe from any thread.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import struct
@@ -177,6 +178,42 @@ class LogSegment:
             return 0, 0, max(offset, self.next_offset)
         return start, length, next_offset
 
+    def slice_range(
+        self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
+    ) -> tuple[int, int, int]:
+        """Like :meth:`read_range`, but the range is the file from the batch holding ``offset`` on, cut
+        at ``max_bytes``, without walking the batches in it (Kafka's ``LogSegment.read``): the last
+        batch may be partial, and the clients drop it. The next offset is then an upper bound (the
+        first index entry at or after the cut), which only ever makes a reader stop at this segment.
+
+        Only the batches up to ``max_offset`` are in reach: the cut is never after the batch that
+        holds it. A first batch larger than ``max_bytes`` is returned whole when ``min_one_batch``
+        (KIP-74) and not at all otherwise, as with :meth:`read_range`.
+        """
+        found = self.find(offset)
+        if found is None:
+            return 0, 0, max(offset, self.next_offset)
+        start, first = found
+        bound, bound_offset = self.size, self.next_offset
+        if max_offset is not None and max_offset < self.next_offset:
+            if first.last_offset >= max_offset:
+                return start, 0, offset
+            limit = self.find(max_offset)
+            if limit is not None:
+                bound, bound_offset = limit[0], limit[1].base_offset
+        length = min(bound - start, max_bytes)
+        if length < first.size:
+            if not min_one_batch:
+                return start, 0, offset
+            length = first.size
+        end = start + length
+        if end >= bound:
+            return start, length, bound_offset
+        positions = self.offset_index.values
+        i = bisect.bisect_left(positions, end)
+        upper = self.offset_index.keys[i] if i < len(positions) else bound_offset
+        return start, length, min(upper, bound_offset)
+
     # -- writing --------------------------------------------------------------------------------
 
     def append(self, parts: Sequence[Buffer], batches: list[BatchInfo], interval_bytes: int) -> None:
@@ -218,12 +255,16 @@ class LogSegment:
     def index_full(self) -> bool:
         return self.offset_index.is_full or self.time_index.is_full
 
-    def roll_due(self, now_ms: int, segment_ms: int) -> bool:
-        """segment.ms elapsed since the first batch's timestamp (or the creation time)."""
+    def roll_due(self, now_ms: int, incoming_max_timestamp: int, segment_ms: int) -> bool:
+        """segment.ms is reached, Kafka's way (``LogSegment.shouldRoll``): the incoming batches' max
+        timestamp is more than segment.ms after the segment's first batch's timestamp; a segment
+        without one falls back to the wall clock since its creation. Records stamped long ago (a
+        replay, event time) therefore do not roll a segment per append."""
         if self.size == 0:
             return False
-        since = self.first_batch_timestamp if self.first_batch_timestamp >= 0 else self.created_ms
-        return since >= 0 and now_ms - since > segment_ms
+        if self.first_batch_timestamp >= 0:
+            return incoming_max_timestamp - self.first_batch_timestamp > segment_ms
+        return self.created_ms >= 0 and now_ms - self.created_ms > segment_ms
 
     def seal(self) -> None:
         """Make the time index end with the segment's max timestamp (done when it stops being active)."""

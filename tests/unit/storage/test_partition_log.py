@@ -218,17 +218,29 @@ def test_rolls_on_segment_bytes_and_reads_span_segments(open_log: LogFactory) ->
 
 
 def test_rolls_on_segment_ms_and_full_index(open_log: LogFactory) -> None:
+    # segment.ms is measured between record timestamps (the first batch's and the incoming one's),
+    # as Kafka's LogSegment.shouldRoll does, not against the broker's clock.
     log = open_log(LogConfig(segment_ms=1000))
-    log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW)
-    log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW + 1000)
+    log.append_as_leader(make_batch(1, ts=NOW), leader_epoch=0, now_ms=NOW)
+    log.append_as_leader(make_batch(1, ts=NOW + 1000), leader_epoch=0, now_ms=NOW + 5000)
     assert len(log.segments) == 1
-    log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW + 1001)
+    log.append_as_leader(make_batch(1, ts=NOW + 1001), leader_epoch=0, now_ms=NOW + 5000)
     assert [s.base_offset for s in log.segments] == [0, 2]
     small = open_log(LogConfig(segment_index_bytes=16, index_interval_bytes=1), name="u-0")
     for _ in range(6):
         small.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW)
     assert len(small.segments) >= 2
     assert all(len(s.offset_index) <= 2 for s in small.segments)
+
+
+def test_records_stamped_long_ago_do_not_roll_a_segment_per_append(open_log: LogFactory) -> None:
+    # A replay of last month's events: every batch is older than segment.ms (7 days) by the broker's
+    # clock, yet they are a few milliseconds apart, so they share one segment (Kafka's rule).
+    log = open_log()
+    month_ago = NOW - 30 * 24 * 3600 * 1000
+    for i in range(5):
+        log.append_as_leader(make_batch(1, ts=month_ago + i), leader_epoch=0, now_ms=NOW)
+    assert len(log.segments) == 1
 
 
 def test_offset_for_timestamp_and_max_timestamp(open_log: LogFactory) -> None:
