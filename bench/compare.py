@@ -191,6 +191,9 @@ def produce_runs(ctx: Context, tool: str, tag: str, count: int, size: int, parti
     """``--repeat`` (or ``repeat``) produce runs, each to a new topic; (runs, the first run's topic)."""
     runs, topics = [], []
     for _ in range(ctx.args.repeat if repeat is None else repeat):
+        # Every run starts with the earlier runs' writes on disk: otherwise a run late in a group
+        # measures the disk's writeback of the gigabytes before it (for every broker that writes).
+        os.sync()
         topics.append(ctx.topic(f"{tool}-{tag}", partitions))
         if tool == "java":
             runs.append(wl.java_produce(ctx.libs, ctx.broker.bootstrap, topics[-1], count, size, PRODUCER_PROPS))
@@ -294,12 +297,10 @@ def w5_idle(ctx: Context) -> None:
     with ctx.guard("workload 5"):
         plain: list[wl.ToolRun] = []
         loaded: list[wl.ToolRun] = []
-        for _ in range(ctx.args.repeat):
-            os.sync()
+        for _ in range(ctx.args.repeat):  # produce_runs syncs the disk before each run
             plain.extend(produce_runs(ctx, "java", "no-idle", count, 1024, repeat=1)[0])
             idle = wl.open_idle_connections(ctx.broker.host, ctx.broker.port, ctx.scale.idle)
             try:
-                os.sync()
                 loaded.extend(produce_runs(ctx, "java", "idle", count, 1024, repeat=1)[0])
                 if not wl.idle_connections_alive(idle):
                     ctx.failures.append(f"{ctx.broker.name}: workload 5: the broker closed idle connections")
