@@ -89,8 +89,7 @@ class AppendInfo:
 class FetchData:
     """Whole batches as (fd, position, length) ranges, plus the log's offsets at read time.
 
-    ``end_offset`` is one past the last offset returned (the requested offset when empty); for a read
-    that may end in a partial batch (``whole_batches=False``) an upper bound of it.
+    ``end_offset`` is one past the last offset returned (the requested offset when empty).
 
     A range stays readable as long as this object lives, even if its segment is removed meanwhile
     (``holders`` keeps the segment, hence its descriptor, alive).
@@ -588,7 +587,7 @@ class PartitionLog:
 
     def read(
         self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True,
-        isolation_committed: bool = False, whole_batches: bool = True,
+        isolation_committed: bool = False,
     ) -> FetchData:
         """Whole batches from the one holding ``offset``, at most ``max_bytes`` (but one batch at least
         when ``min_one_batch``), none reaching ``max_offset`` (exclusive: the HW or the LSO).
@@ -596,12 +595,6 @@ class PartitionLog:
         OFFSET_OUT_OF_RANGE when ``offset`` is below the log start or above the log end; at the log
         end the answer is empty. With ``isolation_committed`` the aborted transactions overlapping
         the range are listed in ``FetchData.aborted``.
-
-        ``whole_batches=False`` is the consumer fetch's way (Kafka's): the bytes from the batch holding
-        ``offset`` up to ``max_bytes``, found without walking the batches in between, so the last
-        batch may be cut short (clients drop a partial last batch); ``end_offset`` is then an upper
-        bound of the offsets returned. The broker's own readers, which decode what they read, keep
-        whole batches.
         """
         with self._lock:
             self._check_online()
@@ -622,8 +615,8 @@ class PartitionLog:
                 for seg in self._segments[i:]:
                     if remaining <= 0 and not (min_one_batch and not ranges):
                         break
-                    plan = seg.read_range if whole_batches else seg.slice_range
-                    pos, length, nxt = plan(position_offset, remaining, max_offset, min_one_batch and not ranges)
+                    pos, length, nxt = seg.read_range(position_offset, remaining, max_offset,
+                                                      min_one_batch and not ranges)
                     if length:
                         ranges.append((seg.fd, pos, length))
                         holders.append(seg)

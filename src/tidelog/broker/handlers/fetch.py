@@ -1,4 +1,4 @@
-"""Fetch: the segment files' bytes from the fetch offset on, long-polled until ``min_bytes`` or ``max_wait_ms``.
+"""Fetch: whole batches from the segment files, long-polled until ``min_bytes`` or ``max_wait_ms``.
 
 The rules, Kafka's:
 
@@ -12,10 +12,10 @@ The rules, Kafka's:
   are there or ``max_wait_ms`` has passed, never by polling.
 - With a fetch session (KIP-227) an incremental response lists only partitions with news.
 
-As in Kafka, a partition's bytes are the log from the batch holding the fetch offset, cut at the byte
-limit without walking the batches in between, so the last batch may be partial: every client drops
-an incomplete trailing batch (this is what Kafka's consumers expect; walking instead cost 1.3 µs per
-batch, ``bench/read_path_bench.py``). The first batch is always whole.
+Kafka sends the log slice up to the byte limit, whose last batch may be partial (clients drop it);
+tidelog ends at the last whole batch, found from the offset index without walking the batches before
+it (``storage.segment.LogSegment.read_range``): clients get no bytes they must throw away and fetch
+them again.
 
 Record bytes go out as they sit in the segment, with no per-record work: the response carries
 their file ranges (``FileSlices``) and the response writer sends them with ``sendfile`` or one
@@ -104,11 +104,8 @@ def _read_partition(
         plog = partition_log(ctx, topic, partition)
         check_leader_epoch(ctx, topic, partition, leader_epoch)
         limit = plog.last_stable_offset if read_committed else plog.high_watermark
-        # As Kafka does: the byte range from the fetch offset, the last batch possibly partial (every
-        # client drops it), with no walk over the batches in it.
         data = plog.read(
-            state.fetch_offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch,
-            isolation_committed=read_committed, whole_batches=False,
+            state.fetch_offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch, isolation_committed=read_committed
         )
         result.data = data
         result.size = data.size
