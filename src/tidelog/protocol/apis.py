@@ -125,7 +125,6 @@ ACCEPTED: dict[ApiKey, tuple[int, int]] = {
 # Advertised below the accepted minimum: Kafka 4 does the same for Produce (KAFKA-18659).
 _ADVERTISED_MIN: dict[ApiKey, int] = {ApiKey.PRODUCE: 0}
 
-_KNOWN = frozenset(int(key) for key in ApiKey)
 # By wire value, for the per-request checks: ``ApiKey(value)`` goes through the enum machinery (µs).
 _BY_VALUE: dict[int, ApiKey] = {int(key): key for key in ApiKey}
 _RANGES: dict[int, tuple[int, int]] = {int(key): versions for key, versions in ACCEPTED.items()}
@@ -133,14 +132,15 @@ _RANGES: dict[int, tuple[int, int]] = {int(key): versions for key, versions in A
 
 def is_known(value: int) -> bool:
     """Whether tidelog serves this API key at all."""
-    return value in _KNOWN
+    return value in _BY_VALUE
 
 
 def api_key(value: int) -> ApiKey:
     """The ``ApiKey`` for a wire value; ``UnknownApiKey`` if tidelog does not serve it."""
-    if value not in _KNOWN:
+    key = _BY_VALUE.get(value)
+    if key is None:
         raise UnknownApiKey(value)
-    return ApiKey(value)
+    return key
 
 
 def accepted_range(key: int) -> tuple[int, int]:

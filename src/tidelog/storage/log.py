@@ -643,10 +643,6 @@ class PartitionLog:
                 out.extend(seg.txn_index.collect(start, end))
             return out
 
-    def _batches_from(self, seg: LogSegment, offset: int) -> Iterator[tuple[BatchHeader, int]]:
-        for position, header in seg.batches_from(offset):
-            yield header, position
-
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
         """(offset, timestamp, leader epoch) of the first record with timestamp >= ``timestamp``."""
         with self._lock:
@@ -655,7 +651,7 @@ class PartitionLog:
                 if seg.max_timestamp < timestamp or seg.next_offset <= self.log_start_offset:
                     continue
                 start = max(seg.time_index.lookup(timestamp)[1], self.log_start_offset)
-                for header, position in self._batches_from(seg, start):
+                for position, header in seg.batches_from(start):
                     if header.max_timestamp < timestamp:
                         continue
                     for record in decode_records(seg.read_at(position, header.size)):
@@ -674,7 +670,7 @@ class PartitionLog:
             target = seg.max_timestamp
             start = max(seg.time_index.lookup(target)[1], self.log_start_offset, seg.base_offset)
             best: tuple[int, int, int] | None = None
-            for header, position in self._batches_from(seg, start):
+            for position, header in seg.batches_from(start):
                 if header.max_timestamp != target:
                     continue
                 for record in decode_records(seg.read_at(position, header.size)):

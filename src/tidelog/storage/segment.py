@@ -101,18 +101,6 @@ class LogSegment:
     def read_at(self, position: int, length: int) -> bytes:
         return os.pread(self.fd, length, position)
 
-    def header_at(self, position: int) -> BatchHeader | None:
-        """The batch header at ``position``, or None at/after the end or if the tail is torn."""
-        if position + HEADER_SIZE > self.size:
-            return None
-        data = os.pread(self.fd, HEADER_SIZE, position)
-        if len(data) < HEADER_SIZE:
-            return None
-        header = BatchHeader.parse(data)
-        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or position + header.size > self.size:
-            return None
-        return header
-
     def headers_from(self, position: int) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each whole batch from ``position`` to the end or a torn tail.
 
@@ -277,8 +265,8 @@ class LogSegment:
         except IndexCorrupt as exc:
             self.index_error = str(exc)
             return False
-        first = self.header_at(0)
-        self.first_batch_timestamp = first.max_timestamp if first else -1
+        first = next(self.headers_from(0), None)
+        self.first_batch_timestamp = first[1].max_timestamp if first else -1
         last_ts, last_ts_offset = self.time_index.last_entry
         self.max_timestamp, self.max_timestamp_offset = last_ts, last_ts_offset
         position = self.offset_index.lookup(2**63 - 1)[1]

@@ -154,17 +154,17 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     max_bytes = max(0, getattr(request, "max_bytes", 2**31 - 1))
     max_wait_ms = max(0, int(request.max_wait.total_seconds() * 1000))
-    deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait_ms / 1000
     tps = [tp for tp, _ in fetch_ctx.partitions]
     denied = _unreadable(ctx, conn, request, tps)
     while True:
         results = _read_all(ctx, fetch_ctx, epochs, max_bytes, read_committed, denied)
         enough = sum(r.size for r in results) >= request.min_bytes
         errors = any(r.error is not ErrorCode.NONE for r in results)
-        remaining = deadline - asyncio.get_running_loop().time()
+        remaining = deadline - loop.time()
         if enough or errors or remaining <= 0 or not tps or ctx.purgatory.closed:
             break
-        loop = asyncio.get_running_loop()
         woken: asyncio.Future[None] = loop.create_future()
         ctx.purgatory.watch(tps, woken)
         timer = loop.call_later(remaining, wake, woken)  # max_wait_ms: the same wake-up, with nothing new
