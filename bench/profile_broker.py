@@ -64,7 +64,7 @@ def main() -> None:
     parser.add_argument("--raw", help="keep py-spy's folded stacks here")
     parser.add_argument("--idle", action="store_true", help="keep idle (waiting) samples too")
     args = parser.parse_args()
-    pyspy = shutil.which("py-spy")
+    pyspy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if pyspy is None:
         raise SystemExit("py-spy is needed (pip install py-spy: the bench extra)")
     with tempfile.TemporaryDirectory(prefix="tidelog-profile-", dir="/var/tmp") as tmp:

@@ -44,11 +44,14 @@ class FetchPurgatory:
                 if not waiters:
                     del self._watchers[tp]
 
-    def notify(self, tp: TopicPartition) -> None:
+    def notify(self, tp: TopicPartition) -> bool:
+        """Wake the fetches waiting on ``tp``; True if there were any."""
         waiters = self._watchers.get(tp)
-        if waiters:
-            for waiter in waiters:
-                wake(waiter)
+        if not waiters:
+            return False
+        for waiter in waiters:
+            wake(waiter)
+        return True
 
     def notify_all(self) -> None:
         """Wake every waiter (shutdown, topic deletion)."""

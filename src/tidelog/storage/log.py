@@ -706,6 +706,9 @@ class PartitionLog:
             except OSError as exc:
                 raise self._io_failed(exc, "truncate") from exc
             leo = self.log_end_offset
+            # A batch holding the log start offset went (it straddled ``offset``): the log start may
+            # not stay above the end. Nothing below it becomes readable: [leo, leo) is empty.
+            self.log_start_offset = min(self.log_start_offset, leo)
             self.epoch_cache.truncate_from_end(leo)
             self._high_watermark = min(self._high_watermark, leo)
             self.recovery_point = min(self.recovery_point, leo)

@@ -13,6 +13,14 @@ Write path: :meth:`LogSegment.append` writes a buffer of whole batches at the en
 ``pwrite`` (one call unless the kernel writes short) and, if a write fails midway (ENOSPC, EIO), cuts
 the file back to its previous size so that no partial batch ever becomes visible.
 
+Finding an offset: the offset index has one entry per ``index.interval.bytes`` (4 KiB); from the
+entry the batch headers are walked. For the batches after the last index entry (at most one interval
+of them, and the end of the log where tail consumers read) the segment also keeps their last offsets
+and positions in memory (``_tail_last``/``_tail_positions``), so a consumer at the tail finds its
+batch with one bisect instead of walking up to an interval of headers. Those lists always describe
+contiguous batches that end at the segment's end; anything that rewrites the tail (recovery,
+truncation, loading) rebuilds them.
+
 Thread-safety: none of its own; :class:`~tidelog.storage.log.PartitionLog` serialises writers under
 its lock. ``pread`` on the fd is safe from any thread.
 """
@@ -81,6 +89,11 @@ class LogSegment:
         self.first_batch_timestamp = -1
         self.created_ms = now_ms
         self.bytes_since_index = 0
+        # The batches from the last offset-index entry to the end: last offsets, positions, and the
+        # first one's base offset (see the module docstring).
+        self._tail_last: list[int] = []
+        self._tail_positions: list[int] = []
+        self._tail_base = 0
         self.deleted = False
         self._index_bytes = index_bytes
         self.index_error: str | None = None
@@ -131,8 +144,16 @@ class LogSegment:
 
     def batches_from(self, offset: int) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each batch from the first whose last offset is >= ``offset``."""
+        tail_last = self._tail_last
+        if tail_last and offset >= self._tail_base:
+            i = bisect.bisect_left(tail_last, offset)
+            if i == len(tail_last):
+                return  # past the last batch
+            start = self._tail_positions[i]
+        else:
+            start = self.offset_index.lookup(offset)[1]
         found = False
-        for position, header in self.headers_from(self.offset_index.lookup(offset)[1]):
+        for position, header in self.headers_from(start):
             if found or header.last_offset >= offset:
                 found = True
                 yield position, header
@@ -218,8 +239,21 @@ class LogSegment:
             self.offset_index.append(base, position)
             self.time_index.maybe_append(self.max_timestamp, self.max_timestamp_offset)
             self.bytes_since_index = 0
+            self._tail_last.clear()
+            self._tail_positions.clear()
         self.bytes_since_index += size
         self.next_offset = last + 1
+        self._remember_tail(base, last, position)
+
+    def _remember_tail(self, base: int, last: int, position: int) -> None:
+        if not self._tail_last:
+            self._tail_base = base
+        self._tail_last.append(last)
+        self._tail_positions.append(position)
+
+    def _forget_tail(self) -> None:
+        self._tail_last.clear()
+        self._tail_positions.clear()
 
     @property
     def index_full(self) -> bool:
@@ -270,6 +304,7 @@ class LogSegment:
         last_ts, last_ts_offset = self.time_index.last_entry
         self.max_timestamp, self.max_timestamp_offset = last_ts, last_ts_offset
         position = self.offset_index.lookup(2**63 - 1)[1]
+        self._forget_tail()
         for at, header in self.headers_from(position):
             self._track_tail(header, at)
             position = at + header.size
@@ -284,7 +319,9 @@ class LogSegment:
         return True
 
     def _track_tail(self, header: BatchHeader, position: int) -> None:
+        """A batch after the last index entry, met when the segment is loaded or cut back."""
         self.next_offset = header.next_offset
+        self._remember_tail(header.base_offset, header.last_offset, position)
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
             self.max_timestamp_offset = header.base_offset
@@ -301,6 +338,7 @@ class LogSegment:
         self.max_timestamp, self.max_timestamp_offset = -1, self.base_offset
         self.first_batch_timestamp = -1
         self.bytes_since_index = 0
+        self._forget_tail()
         batches: list[tuple[BatchHeader, int]] = []
         position, file_size = 0, self.size
         expected = self.base_offset
@@ -358,17 +396,20 @@ class LogSegment:
         return len(found)
 
     def truncate_to(self, offset: int) -> int:
-        """Drop every batch at or after ``offset`` (must be a batch boundary); return bytes removed."""
+        """Drop every batch at or after ``offset``, and the batch holding it; return bytes removed."""
         found = self.find(offset)
         if found is None:
             return 0
-        position = found[0]
+        position, first_removed = found[0], found[1].base_offset
         removed = self.size - position
+        self._forget_tail()
         os.ftruncate(self.fd, position)
         self.size = position
-        self.offset_index.truncate_to(offset)
-        self.time_index.truncate_to(offset)
-        self.txn_index.truncate_to(offset)
+        # From the removed batch's base offset, not ``offset``: an index entry for a batch that
+        # straddles ``offset`` would otherwise survive and point at the new end of the file.
+        self.offset_index.truncate_to(first_removed)
+        self.time_index.truncate_to(first_removed)
+        self.txn_index.truncate_to(first_removed)
         self.next_offset = self.base_offset
         self.max_timestamp, self.max_timestamp_offset = -1, self.base_offset
         self.first_batch_timestamp = -1 if position == 0 else self.first_batch_timestamp

@@ -266,6 +266,58 @@ def test_truncate_to_drops_later_batches_and_epochs(open_log: LogFactory) -> Non
     assert log.append_as_leader(make_batch(1), leader_epoch=20, now_ms=NOW).first_offset == 8
 
 
+def test_truncating_inside_an_indexed_batch_drops_its_index_entry(open_log: LogFactory) -> None:
+    # An index entry on every batch; the last batch (4..5) has one and straddles the cut at 5.
+    log = open_log(LogConfig(index_interval_bytes=1))
+    for n in (1, 3, 2):
+        log.append_as_leader(make_batch(n), leader_epoch=0, now_ms=NOW)
+    assert log.truncate_to(5) == 4
+    assert log.log_end_offset == 4
+    assert offsets_of(log.read(0, 1 << 20).read_bytes()) == [(0, 0), (1, 3)]
+    assert log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW).first_offset == 4
+    assert offsets_of(log.read(4, 1 << 20).read_bytes()) == [(4, 4)]
+
+
+def test_truncating_the_batch_that_holds_the_log_start_keeps_the_start_at_or_below_the_end(
+    open_log: LogFactory,
+) -> None:
+    log = open_log()
+    for n in (1, 1, 1, 1, 2):
+        log.append_as_leader(make_batch(n), leader_epoch=0, now_ms=NOW)
+    log.delete_records_before(5)  # inside the batch 4..5
+    assert log.truncate_to(5) == 4  # that batch straddles the cut: it goes
+    assert log.log_start_offset == log.log_end_offset == 4
+    assert log.read(4, 1 << 20).ranges == []
+    assert log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW).first_offset == 4
+
+
+@pytest.mark.parametrize("interval", [1, 150, 4096])
+def test_batches_are_found_the_same_from_the_tail_positions_and_from_the_index(
+    open_log: LogFactory, interval: int
+) -> None:
+    """The segment finds batches after its last index entry from positions kept in memory; after
+    appends, truncation and a reopen they must agree with a walk from the index."""
+
+    def check(log: PartitionLog) -> None:
+        for seg in log.segments:
+            walked = list(seg.headers_from(0))
+            for offset in range(seg.base_offset, seg.next_offset + 2):
+                expected = next(((p, h) for p, h in walked if h.last_offset >= offset), None)
+                assert seg.find(offset) == expected, (interval, offset)
+
+    log = open_log(LogConfig(index_interval_bytes=interval, segment_bytes=2000))
+    for n in itertools.islice(itertools.cycle((1, 3, 2, 5)), 30):
+        log.append_as_leader(make_batch(n), leader_epoch=0, now_ms=NOW)
+    check(log)
+    log.truncate_to(log.log_end_offset - 4)
+    check(log)
+    for n in (2, 1):
+        log.append_as_leader(make_batch(n), leader_epoch=0, now_ms=NOW)
+    check(log)
+    log.close()
+    check(PartitionLog(log.dir, log.config, now_ms=NOW))
+
+
 def test_delete_records_moves_the_log_start(open_log: LogFactory) -> None:
     log = open_log(LogConfig(segment_bytes=300))
     for _ in range(10):
