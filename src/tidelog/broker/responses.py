@@ -32,12 +32,13 @@ def _fields(cls: type) -> frozenset[str]:
 class ResponseBuilder:
     """Builds entities of one API's response at one version."""
 
-    __slots__ = ("api_key", "module", "version")
+    __slots__ = ("_classes", "api_key", "module", "version")
 
     def __init__(self, api_key: int, version: int) -> None:
         self.api_key = api_key
         self.version = version
         self.module = _module(api_key, version)
+        self._classes: dict[str, tuple[type, frozenset[str]]] = {}  # class name -> (class, its fields)
 
     def has(self, class_name: str, field: str) -> bool:
         cls = getattr(self.module, class_name, None)
@@ -45,8 +46,13 @@ class ResponseBuilder:
 
     def make(self, class_name: str, /, **values: Any) -> Any:
         """Instantiate ``class_name`` of this version with those of ``values`` it has."""
-        cls = getattr(self.module, class_name)
-        names = _fields(cls)
+        found = self._classes.get(class_name)
+        if found is None:
+            cls = getattr(self.module, class_name)
+            found = self._classes[class_name] = (cls, _fields(cls))
+        cls, names = found
+        if names.issuperset(values):  # the common case: nothing to drop
+            return cls(**values)
         return cls(**{k: v for k, v in values.items() if k in names})
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from tidelog.observability.registry import Labels, MetricFamily, Registry
+from tidelog.observability.registry import Labels, MetricFamily, Registry, observe_into
 from tidelog.protocol.apis import ApiKey
 
 # -- what is read at scrape time ----------------------------------------------------------------
@@ -166,6 +166,7 @@ class BrokerMetrics:
         self.auth_failures = r.counter("tidelog_authentication_failures_total", "Failed SASL authentications, by listener and mechanism.", auth)
         self.auth_successes = r.counter("tidelog_authentication_successes_total", "Successful SASL authentications, by listener and mechanism.", auth)
         self._api_labels: dict[int, Labels] = {}
+        self._phases: dict[Labels, tuple[list[float], ...]] = {}
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -180,6 +181,16 @@ class BrokerMetrics:
         """A request frame was read off the socket (``received_at``: ``time.perf_counter()`` of the read)."""
         return RequestTimer(self, listener, time.perf_counter() if received_at is None else received_at)
 
+    def _phase_series(self, labels: Labels) -> tuple[list[float], ...]:
+        """The six phase histograms' series for one API and version, looked up once."""
+        found = self._phases.get(labels)
+        if found is None:
+            found = self._phases[labels] = tuple(h.state(labels) for h in (
+                self.queue_time, self.local_time, self.remote_time, self.throttle_time, self.send_time,
+                self.total_time,
+            ))
+        return found
+
     def record_request(self, timer: RequestTimer, sent_at: float, response_bytes: int) -> None:
         labels = timer.labels
         if not labels:
@@ -187,13 +198,15 @@ class BrokerMetrics:
         self.requests.inc(labels)
         self.request_bytes.inc(labels, timer.request_bytes)
         self.response_bytes.inc(labels, response_bytes)
-        self.queue_time.observe(labels, timer.decoded_at - timer.received_at)
+        queue, local, remote, throttle, send, total = self._phase_series(labels)
+        bounds = self.queue_time.bounds  # every phase histogram has the latency buckets
         handled_at = max(timer.handled_at, timer.decoded_at)
-        self.local_time.observe(labels, max(0.0, handled_at - timer.decoded_at - timer.remote_s))
-        self.remote_time.observe(labels, timer.remote_s)
-        self.throttle_time.observe(labels, timer.throttle_s)
-        self.send_time.observe(labels, max(0.0, sent_at - handled_at - timer.throttle_s))
-        self.total_time.observe(labels, sent_at - timer.received_at)
+        observe_into(queue, bounds, timer.decoded_at - timer.received_at)
+        observe_into(local, bounds, max(0.0, handled_at - timer.decoded_at - timer.remote_s))
+        observe_into(remote, bounds, timer.remote_s)
+        observe_into(throttle, bounds, timer.throttle_s)
+        observe_into(send, bounds, max(0.0, sent_at - handled_at - timer.throttle_s))
+        observe_into(total, bounds, sent_at - timer.received_at)
 
     def protocol_error(self, listener: str, error: str) -> None:
         """A connection is closed for a protocol error; ``error`` is short and bounded (the exception class name)."""
