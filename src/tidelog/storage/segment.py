@@ -89,11 +89,11 @@ class LogSegment:
         self.first_batch_timestamp = -1
         self.created_ms = now_ms
         self.bytes_since_index = 0
-        # The batches from the last offset-index entry to the end: last offsets, positions, and the
-        # first one's base offset (see the module docstring).
+        # The batches from the last offset-index entry to the end: base and last offsets, positions
+        # (see the module docstring).
+        self._tail_bases: list[int] = []
         self._tail_last: list[int] = []
         self._tail_positions: list[int] = []
-        self._tail_base = 0
         self.deleted = False
         self._index_bytes = index_bytes
         self.index_error: str | None = None
@@ -145,7 +145,7 @@ class LogSegment:
     def batches_from(self, offset: int) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each batch from the first whose last offset is >= ``offset``."""
         tail_last = self._tail_last
-        if tail_last and offset >= self._tail_base:
+        if tail_last and offset >= self._tail_bases[0]:
             i = bisect.bisect_left(tail_last, offset)
             if i == len(tail_last):
                 return  # past the last batch
@@ -162,6 +162,24 @@ class LogSegment:
         """Position and header of the first batch whose last offset is >= ``offset``."""
         return next(self.batches_from(offset), None)
 
+    def _locate(self, offset: int) -> tuple[int, int, int, int] | None:
+        """(position, base offset, last offset, size) of the first batch whose last offset is >=
+        ``offset``; from memory, without reading the file, when that batch is in the tail."""
+        tail_last = self._tail_last
+        if tail_last and offset >= self._tail_bases[0]:
+            i = bisect.bisect_left(tail_last, offset)
+            if i == len(tail_last):
+                return None
+            positions = self._tail_positions
+            position = positions[i]
+            end = positions[i + 1] if i + 1 < len(positions) else self.size  # batches are contiguous
+            return position, self._tail_bases[i], tail_last[i], end - position
+        found = self.find(offset)
+        if found is None:
+            return None
+        position, header = found
+        return position, header.base_offset, header.last_offset, header.size
+
     def read_range(
         self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
     ) -> tuple[int, int, int]:
@@ -177,19 +195,19 @@ class LogSegment:
         after it, so planning a 1 MiB read of 270 B batches walks ~15 headers, not ~3,900
         (``bench/read_path_bench.py``).
         """
-        found = self.find(offset)
+        found = self._locate(offset)
         if found is None:
             return 0, 0, max(offset, self.next_offset)
-        start, first = found
+        start, _, first_last, first_size = found
         bound, bound_offset = self.size, self.next_offset  # the range never passes these
         if max_offset is not None and max_offset < self.next_offset:
-            if first.last_offset >= max_offset:
+            if first_last >= max_offset:
                 return start, 0, offset
-            limit = self.find(max_offset)
+            limit = self._locate(max_offset)
             if limit is not None:
-                bound, bound_offset = limit[0], limit[1].base_offset
-        if first.size > max_bytes:
-            return (start, first.size, first.next_offset) if min_one_batch else (start, 0, offset)
+                bound, bound_offset = limit[0], limit[1]
+        if first_size > max_bytes:
+            return (start, first_size, first_last + 1) if min_one_batch else (start, 0, offset)
         cut = start + max_bytes
         if cut >= bound:
             return start, bound - start, bound_offset
@@ -239,19 +257,18 @@ class LogSegment:
             self.offset_index.append(base, position)
             self.time_index.maybe_append(self.max_timestamp, self.max_timestamp_offset)
             self.bytes_since_index = 0
-            self._tail_last.clear()
-            self._tail_positions.clear()
+            self._forget_tail()
         self.bytes_since_index += size
         self.next_offset = last + 1
         self._remember_tail(base, last, position)
 
     def _remember_tail(self, base: int, last: int, position: int) -> None:
-        if not self._tail_last:
-            self._tail_base = base
+        self._tail_bases.append(base)
         self._tail_last.append(last)
         self._tail_positions.append(position)
 
     def _forget_tail(self) -> None:
+        self._tail_bases.clear()
         self._tail_last.clear()
         self._tail_positions.clear()
 

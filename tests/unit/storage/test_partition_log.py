@@ -304,6 +304,10 @@ def test_batches_are_found_the_same_from_the_tail_positions_and_from_the_index(
             for offset in range(seg.base_offset, seg.next_offset + 2):
                 expected = next(((p, h) for p, h in walked if h.last_offset >= offset), None)
                 assert seg.find(offset) == expected, (interval, offset)
+                located = None if expected is None else (
+                    expected[0], expected[1].base_offset, expected[1].last_offset, expected[1].size
+                )
+                assert seg._locate(offset) == located, (interval, offset)
 
     log = open_log(LogConfig(index_interval_bytes=interval, segment_bytes=2000))
     for n in itertools.islice(itertools.cycle((1, 3, 2, 5)), 30):
