@@ -5,8 +5,10 @@
 Cases: FetchResponse v16 with 10 partitions of 64 KiB records; MetadataResponse v12 with 100
 topics x 10 partitions (3 replicas each); decode of a ProduceRequest v9 carrying one 64 KiB batch;
 and the small requests of the latency workload (a Produce v9 of one 200 B record, a Fetch v12 of one
-partition): the request header, the whole decode, and its two parts, the schema walk that guards kio
-(``codec._Walker``) and kio's own reader. Figures, not pass/fail.
+partition): the request header, the whole decode, and its parts: the schema walk that guards kio as
+the broker runs it (compiled per request class, ``codec._check``), the same walk interpreted
+(``codec._Walker``, what decoding did before session 4 and what still strips unknown tags) and kio's
+own reader. Figures, not pass/fail.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from kio.schema.request_header.v2.header import RequestHeader as KioHeaderV2
 from kio.serial import entity_writer
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
-from tidelog.protocol.codec import _plan, _reader, _Walker, decode_request, encode_response
+from tidelog.protocol.codec import _check, _plan, _reader, _Walker, decode_request, encode_response
 from tidelog.protocol.headers import parse_request_header
 from tidelog.protocol.records import Record, build_batch
 
@@ -184,19 +186,22 @@ def main() -> None:
         print(f"{name:<28}{kio_us:>12.1f}{our_us:>14.1f}{kio_us / our_us:>9.1f}x")
     decode_us = per_call_us(lambda: decode_request(parse_request_header(frame), frame), args.repeat * 10)
     print(f"{'Produce v9 decode, 64 KiB':<28}{'':>12}{decode_us:>14.1f}")
-    print(f"\n{'small request':<28}{'header µs':>10}{'decode µs':>10}{'walk µs':>10}{'kio µs':>10}")
+    print(f"\n{'small request':<28}{'header µs':>10}{'decode µs':>10}{'walk µs':>10}{'walk interp.':>13}{'kio µs':>10}")
     for name, small in small_frames().items():
         header = parse_request_header(small)
-        plan, read = _plan(type(decode_request(header, small))), _reader(type(decode_request(header, small)))
+        cls = type(decode_request(header, small))
+        plan, read, check = _plan(cls), _reader(cls), _check(cls)
         figures = [
             per_call_us(lambda small=small: parse_request_header(small), args.repeat * 10),  # type: ignore[misc]
             per_call_us(lambda small=small, header=header: decode_request(header, small), args.repeat * 10),  # type: ignore[misc]
+            per_call_us(lambda small=small, header=header, check=check: check(small, header.body_offset),  # type: ignore[misc]
+                        args.repeat * 10),
             per_call_us(lambda small=small, header=header, plan=plan: _Walker(small, strip=False).walk(  # type: ignore[misc]
                 plan, header.body_offset), args.repeat * 10),
             per_call_us(lambda small=small, header=header, read=read: read(small, header.body_offset),  # type: ignore[misc]
                         args.repeat * 10),
         ]
-        print(f"{name:<28}" + "".join(f"{value:>10.1f}" for value in figures))
+        print(f"{name:<28}" + "".join(f"{value:>{13 if i == 3 else 10}.1f}" for i, value in enumerate(figures)))
 
 
 if __name__ == "__main__":
