@@ -70,7 +70,7 @@ class FileSlices:
 def write_buffered(writer: asyncio.StreamWriter, parts: Sequence[Part]) -> None:
     """Queue a response on the transport: file ranges read, small parts joined, large ones uncopied."""
     buffers: list[bytes | memoryview] = [part.read() if type(part) is FileSlices else part for part in parts]
-    if len(buffers) == 1 or sum(len(b) for b in buffers) <= COALESCE_BYTES:
+    if len(buffers) == 1 or sum(map(len, buffers)) <= COALESCE_BYTES:
         writer.writelines(buffers)
         return
     small: list[bytes | memoryview] = []

@@ -256,7 +256,7 @@ class Server:
         if response is not None:
             parts = encode_response(header, response)
             await self.responses.write(writer, parts, plain_tcp)
-            timer.sent(sum(len(b) for b in parts))
+            timer.sent(sum(map(len, parts)))
         else:
             timer.sent(0)
         return not conn.close_after_response

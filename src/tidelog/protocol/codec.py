@@ -105,7 +105,7 @@ def encode_api_versions_unsupported(
 
 
 def _frame(header: bytes, body: Buffers) -> list[bytes | memoryview]:
-    size = len(header) + sum(len(part) for part in body)
+    size = len(header) + sum(map(len, body))
     out: list[bytes | memoryview] = [_SIZE.pack(size) + header]
     out.extend(body)
     return out

@@ -231,7 +231,7 @@ class LogSegment:
         All or nothing on disk: a failed or short write is cut back to the previous size.
         """
         start = self.size
-        total = sum(len(p) for p in parts)
+        total = sum(map(len, parts))
         try:
             written = os.pwritev(self.fd, parts, start) if len(parts) <= _IOV_MAX else 0
             if written < total:
