@@ -18,6 +18,10 @@ from kio.serial import entity_writer
 from kio.static.primitive import Records, i32Timedelta
 
 from tidelog.protocol.encoders import HAND_WRITTEN
+from tidelog.protocol.encoders import fetch as fetch_encoder
+from tidelog.protocol.encoders import produce as produce_encoder
+from tidelog.protocol.encoders.fetch import FetchResult
+from tidelog.protocol.encoders.produce import ProduceResult
 
 st.register_type_strategy(Records, st.binary(max_size=300))  # type: ignore[type-abstract]
 
@@ -32,7 +36,7 @@ def kio_bytes(response: Any) -> bytes:
 
 
 def ours(response: Any) -> bytes:
-    return b"".join(bytes(part) for part in HAND_WRITTEN[type(response).__api_key__](response))
+    return b"".join(bytes(part) for part in HAND_WRITTEN[response.__api_key__](response))
 
 
 @st.composite
@@ -115,3 +119,43 @@ def test_api_versions_v3_without_features_has_empty_tag_section() -> None:
     body = ours(response)
     assert body == kio_bytes(response)
     assert body.endswith(b"\x00\x00\x00\x00\x00")  # throttle 0, then no tagged fields
+
+
+def _all_tags_at_default(value: Any) -> Any:
+    """The same response with every tagged field (at any depth) at its default."""
+    if isinstance(value, tuple):
+        return tuple(_all_tags_at_default(item) for item in value)
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return value
+    changes = {
+        field.name: field.default if "tag" in field.metadata else _all_tags_at_default(getattr(value, field.name))
+        for field in dataclasses.fields(value)
+    }
+    return dataclasses.replace(value, **changes)
+
+
+def _light(response: Any) -> Any:
+    """The light form the broker's handlers build (``ProduceResult``/``FetchResult``) of a kio response."""
+    version = response.__version__
+    if response.__api_key__ == 0:
+        return ProduceResult(version, [
+            (getattr(t, "name", ""), getattr(t, "topic_id", None),
+             [produce_encoder._from_kio(p, version) for p in t.partition_responses])
+            for t in response.responses
+        ], throttle_ms=round(response.throttle_time.total_seconds() * 1000))
+    topics = [
+        (getattr(t, "topic", ""), getattr(t, "topic_id", None), [fetch_encoder._from_kio(p, version) for p in t.partitions])
+        for t in response.responses
+    ]
+    return FetchResult(version, getattr(response, "error_code", 0), getattr(response, "session_id", 0), topics,
+                       throttle_ms=round(response.throttle_time.total_seconds() * 1000))
+
+
+@pytest.mark.parametrize(("key", "version"), [case for case in CASES if case[0] in (0, 1)])
+@settings(max_examples=20)
+@given(data=st.data())
+def test_the_handlers_light_results_encode_exactly_like_kio(key: int, version: int, data: st.DataObject) -> None:
+    """ProduceResult and FetchResult (no kio objects, no tagged fields) give kio's bytes for the same
+    response with its tagged fields at their defaults."""
+    response = _all_tags_at_default(data.draw(st.from_type(load_response_schema(key, version))))
+    assert ours(_light(response)) == kio_bytes(response)

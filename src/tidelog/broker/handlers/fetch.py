@@ -36,13 +36,12 @@ from tidelog.broker.fetch_sessions import FetchContext, SessionPartition, TopicP
 from tidelog.broker.handlers.common import check_leader_epoch, partition_log
 from tidelog.broker.purgatory import wake
 from tidelog.broker.response_writer import FileSlices
-from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.errors import ErrorCode, KafkaError
+from tidelog.protocol.encoders.fetch import FetchPartitionResult, FetchResult
 from tidelog.protocol.headers import RequestHeader
 
 log = logging.getLogger(__name__)
 
-FETCH = 1
 READ_COMMITTED = 1
 # Errors found before reading the log; Kafka answers these with an empty aborted-transactions list
 # (the message default), and read errors (e.g. OFFSET_OUT_OF_RANGE) with null.
@@ -144,13 +143,12 @@ def _read_all(
 
 async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
     version = header.api_version
-    b = builder(FETCH, version)
     requested, forgotten, epochs = _requested_partitions(ctx, request, version)
     fetch_ctx = ctx.fetch_sessions.new_context(
         getattr(request, "session_id", 0), getattr(request, "session_epoch", -1), requested, forgotten, ctx.now_ms()
     )
     if fetch_ctx.error is not ErrorCode.NONE:
-        return b.make("FetchResponse", throttle_time=NO_THROTTLE, error_code=fetch_ctx.error, session_id=0, responses=())
+        return FetchResult(version, fetch_ctx.error, 0, [])
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     max_bytes = max(0, getattr(request, "max_bytes", 2**31 - 1))
     max_wait_ms = max(0, int(request.max_wait.total_seconds() * 1000))
@@ -181,7 +179,7 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
             ctx.metrics.fetched(r.tp[0], r.size)
         elif r.error is not ErrorCode.NONE:
             ctx.metrics.fetch_failed(r.tp[0])
-    return _response(b, fetch_ctx, results, version)
+    return _response(fetch_ctx, results, version)
 
 
 def _unreadable(ctx: BrokerContext, conn: ConnectionInfo, request: Any, tps: list[TopicPartition]) -> frozenset[str]:
@@ -197,8 +195,8 @@ def _unreadable(ctx: BrokerContext, conn: ConnectionInfo, request: Any, tps: lis
     return denied_topics(ctx, conn, names, Op.READ)
 
 
-def _response(b: Any, fetch_ctx: FetchContext, results: list[PartitionRead], version: int) -> Any:
-    by_topic: dict[str, list[Any]] = {}
+def _response(fetch_ctx: FetchContext, results: list[PartitionRead], version: int) -> FetchResult:
+    by_topic: dict[str, list[FetchPartitionResult]] = {}
     topic_ids: dict[str, Any] = {}
     for r in results:
         has_records = r.size > 0
@@ -207,38 +205,17 @@ def _response(b: Any, fetch_ctx: FetchContext, results: list[PartitionRead], ver
             last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
         ):
             continue
-        aborted: tuple[Any, ...] | None = None
+        aborted: tuple[tuple[int, int], ...] | None = None
         if r.error in LOOKUP_ERRORS:
             aborted = ()  # Kafka's answer for a partition it could not even look up: an empty list
         elif r.aborted is not None:
-            aborted = tuple(
-                b.make("AbortedTransaction", producer_id=pid, first_offset=first) for pid, first in r.aborted
-            )
+            aborted = tuple(r.aborted)
         # The bytes stay in the segment files; the response writer sends them (sendfile or pread).
         records = FileSlices(r.data.ranges, r.data) if has_records else b""
         topic, partition = r.tp
         topic_ids[topic] = r.state.topic_id
-        by_topic.setdefault(topic, []).append(
-            b.make(
-                "PartitionData",
-                partition_index=partition,
-                error_code=r.error,
-                high_watermark=r.high_watermark,
-                last_stable_offset=r.last_stable_offset,
-                log_start_offset=r.log_start_offset,
-                aborted_transactions=aborted,
-                preferred_read_replica=-1,
-                records=records,
-            )
-        )
-    responses = tuple(
-        b.make("FetchableTopicResponse", topic=topic, topic_id=topic_ids[topic], partitions=tuple(parts))
-        for topic, parts in by_topic.items()
-    )
-    return b.make(
-        "FetchResponse",
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.NONE,
-        session_id=fetch_ctx.response_session_id,
-        responses=responses,
-    )
+        by_topic.setdefault(topic, []).append(FetchPartitionResult(
+            partition, r.error, r.high_watermark, r.last_stable_offset, r.log_start_offset, aborted, -1, records,
+        ))
+    topics = [(topic, topic_ids[topic], partitions) for topic, partitions in by_topic.items()]
+    return FetchResult(version, ErrorCode.NONE, fetch_ctx.response_session_id, topics)

@@ -10,7 +10,6 @@ fails its neighbours. On this single node acks=all is satisfied as soon as the l
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -30,13 +29,14 @@ from tidelog.broker.handlers import transactions
 from tidelog.broker.handlers.common import partition_log
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.errors import ErrorCode, KafkaError
+from tidelog.protocol.encoders.produce import ProducePartitionResult, ProduceResult
 from tidelog.protocol.headers import RequestHeader
 from tidelog.protocol.records import HEADER_SIZE, BatchHeader
 from tidelog.storage.log import PartitionLog
 
 log = logging.getLogger(__name__)
 
-PRODUCE, INIT_PRODUCER_ID = 0, 22
+INIT_PRODUCER_ID = 22
 VALID_ACKS = (-1, 0, 1)
 MAGIC_OFFSET, MAGIC_V2 = 16, 2
 # Errors Kafka answers without the partition's log start offset (-1): those raised before the log is
@@ -49,12 +49,6 @@ NO_LOG_START = frozenset({
 })
 # Errors from validating records one by one; Kafka names the failing batch in record_errors (KIP-467).
 RECORD_LEVEL = frozenset({ErrorCode.INVALID_TIMESTAMP, ErrorCode.INVALID_RECORD})
-
-
-def _timestamp(ms: int) -> datetime.datetime | None:
-    if ms < 0:
-        return None
-    return datetime.datetime.fromtimestamp(ms // 1000, datetime.UTC) + datetime.timedelta(milliseconds=ms % 1000)
 
 
 @dataclass(slots=True)
@@ -139,11 +133,10 @@ def _topic_name(ctx: BrokerContext, topic_data: Any) -> str | None:
 
 
 async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
-    b = builder(PRODUCE, header.api_version)
     acks = request.acks
     to_flush: list[PartitionLog] = []
     woken = [False]  # set when an append woke a waiting fetch
-    topics = []
+    topics: list[tuple[str, Any, list[ProducePartitionResult]]] = []
     transactional_id = getattr(request, "transactional_id", None)
     txn_denied = transactional_id is not None and not authorize(ctx, conn, Op.WRITE, TRANSACTIONAL_ID, transactional_id)
     for topic_data in request.topic_data:
@@ -161,30 +154,12 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
             if transactional_id is not None and refused is None:
                 refused = _unverified_txn(ctx, transactional_id, name or "", pdata)
             r = _append_one(ctx, conn, name or "", pdata, acks, refused, to_flush, woken)
-            record_errors: tuple[Any, ...] = ()
-            if r.record_error and r.message:
-                # KIP-467: say which batch failed, so the client can tell the records apart.
-                record_errors = (b.make("BatchIndexAndErrorMessage", batch_index=0, batch_index_error_message=r.message),)
-            partitions.append(
-                b.make(
-                    "PartitionProduceResponse",
-                    index=pdata.index,
-                    error_code=r.error,
-                    base_offset=r.base_offset,
-                    log_append_time=_timestamp(r.log_append_time),
-                    log_start_offset=r.log_start_offset,
-                    record_errors=record_errors,
-                    error_message=r.message,
-                )
-            )
-        topics.append(
-            b.make(
-                "TopicProduceResponse",
-                name=name or "",
-                topic_id=getattr(topic_data, "topic_id", None),
-                partition_responses=tuple(partitions),
-            )
-        )
+            # KIP-467: a record-level error names the failing batch, so the client can tell the records apart.
+            record_errors = ((0, r.message),) if r.record_error and r.message else ()
+            partitions.append(ProducePartitionResult(
+                pdata.index, r.error, r.base_offset, r.log_append_time, r.log_start_offset, record_errors, r.message,
+            ))
+        topics.append((name or "", getattr(topic_data, "topic_id", None), partitions))
     loop = asyncio.get_running_loop()
     for plog in to_flush:
         # fsync runs on a worker thread: the event loop keeps serving other connections meanwhile.
@@ -195,7 +170,7 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
         await asyncio.sleep(0)
     if acks == 0:
         return None
-    return b.make("ProduceResponse", responses=tuple(topics), throttle_time=NO_THROTTLE)
+    return ProduceResult(header.api_version, topics)
 
 
 async def init_producer_id(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
