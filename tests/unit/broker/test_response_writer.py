@@ -116,6 +116,31 @@ def test_small_responses_stay_on_the_event_loop(data_file: tuple[int, bytes], mo
     assert called == []
 
 
+def test_a_response_the_socket_takes_whole_needs_no_thread(
+    data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fd, content = data_file
+    called: list[int] = []
+    real = response_writer._send_direct
+
+    def spy(*args: Any) -> tuple[int, int]:
+        called.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(response_writer, "_send_direct", spy)
+    parts: list[object] = [b"head", FileSlices([(fd, 5, 200_000)], None), b"tail"]  # above SENDFILE_MIN_BYTES
+    writer = ResponseWriter()
+
+    async def write(w: asyncio.StreamWriter) -> None:
+        w.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * MIB)  # room for all of it
+        await writer.write(w, parts, direct_allowed=True)
+
+    result = serve_once(write, read_all)
+    writer.close()
+    assert result["client"] == b"head" + content[5 : 5 + 200_000] + b"tail"
+    assert called == []
+
+
 def test_stalled_reader_hands_the_rest_back(data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
     """A client that reads nothing for longer than STALL_S still gets every byte, in order."""
     monkeypatch.setattr(response_writer, "STALL_S", 0.05)
