@@ -15,9 +15,9 @@ the file back to its previous size so that no partial batch ever becomes visible
 
 Finding an offset: the offset index has one entry per ``index.interval.bytes`` (4 KiB); from the
 entry the batch headers are walked. For the batches after the last index entry (at most one interval
-of them, and the end of the log where tail consumers read) the segment also keeps their last offsets
-and positions in memory (``_tail_last``/``_tail_positions``), so a consumer at the tail finds its
-batch with one bisect instead of walking up to an interval of headers. Those lists always describe
+of them, and the end of the log where tail consumers read) the segment also keeps their base and
+last offsets and positions in memory (``_tail_bases``, ``_tail_last``, ``_tail_positions``), so a
+consumer at the tail finds its batch with one bisect instead of walking up to an interval of headers. Those lists always describe
 contiguous batches that end at the segment's end; anything that rewrites the tail (recovery,
 truncation, loading) rebuilds them.
 
@@ -144,14 +144,13 @@ class LogSegment:
 
     def batches_from(self, offset: int) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each batch from the first whose last offset is >= ``offset``."""
-        tail_last = self._tail_last
-        if tail_last and offset >= self._tail_bases[0]:
-            i = bisect.bisect_left(tail_last, offset)
-            if i == len(tail_last):
-                return  # past the last batch
-            start = self._tail_positions[i]
-        else:
+        i = self._tail_slot(offset)
+        if i is None:
             start = self.offset_index.lookup(offset)[1]
+        elif i == len(self._tail_last):
+            return  # past the last batch
+        else:
+            start = self._tail_positions[i]
         found = False
         for position, header in self.headers_from(start):
             if found or header.last_offset >= offset:
@@ -162,18 +161,25 @@ class LogSegment:
         """Position and header of the first batch whose last offset is >= ``offset``."""
         return next(self.batches_from(offset), None)
 
+    def _tail_slot(self, offset: int) -> int | None:
+        """Where in the tail lists the first batch whose last offset is >= ``offset`` is (their length
+        when it is past the last batch); None when ``offset`` is before the tail."""
+        tail_last = self._tail_last
+        if tail_last and offset >= self._tail_bases[0]:
+            return bisect.bisect_left(tail_last, offset)
+        return None
+
     def _locate(self, offset: int) -> tuple[int, int, int, int] | None:
         """(position, base offset, last offset, size) of the first batch whose last offset is >=
         ``offset``; from memory, without reading the file, when that batch is in the tail."""
-        tail_last = self._tail_last
-        if tail_last and offset >= self._tail_bases[0]:
-            i = bisect.bisect_left(tail_last, offset)
-            if i == len(tail_last):
+        i = self._tail_slot(offset)
+        if i is not None:
+            if i == len(self._tail_last):
                 return None
             positions = self._tail_positions
             position = positions[i]
             end = positions[i + 1] if i + 1 < len(positions) else self.size  # batches are contiguous
-            return position, self._tail_bases[i], tail_last[i], end - position
+            return position, self._tail_bases[i], self._tail_last[i], end - position
         found = self.find(offset)
         if found is None:
             return None
