@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from tidelog.broker.context import ConnectionInfo
 from tidelog.broker.node import BrokerNode
 from tidelog.common.config import BrokerConfig
+from tidelog.protocol.encoders._wire import uvarint
 from tidelog.protocol.records import Record, build_batch
 
 
@@ -64,17 +65,8 @@ def _string(text: str) -> bytes:
     return struct.pack(">h", len(raw)) + raw
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _compact(raw: bytes) -> bytes:
-    return _uvarint(len(raw) + 1) + raw
+    return uvarint(len(raw) + 1) + raw
 
 
 def _header(api_key: int, version: int, correlation_id: int) -> bytes:
@@ -88,8 +80,8 @@ def produce_frame(topic: str, sequence: int, producer_id: int) -> bytes:
     body = (
         _header(0, 10, sequence) + b"\x00"  # transactional id: null
         + struct.pack(">hi", -1, 30_000)  # acks=all, timeout
-        + _uvarint(2) + _compact(topic.encode())  # one topic
-        + _uvarint(2) + struct.pack(">i", 0) + _compact(bytes(batch)) + b"\x00"  # one partition
+        + uvarint(2) + _compact(topic.encode())  # one topic
+        + uvarint(2) + struct.pack(">i", 0) + _compact(bytes(batch)) + b"\x00"  # one partition
         + b"\x00" + b"\x00"  # topic tags, request tags
     )
     return struct.pack(">i", len(body)) + body
@@ -100,10 +92,10 @@ def fetch_frame(topic_id: bytes, offset: int, correlation_id: int) -> bytes:
         _header(1, 16, correlation_id)
         + struct.pack(">iiib", 500, 1, 52_428_800, 0)  # max wait, min bytes, max bytes, isolation
         + struct.pack(">ii", 0, -1)  # session id 0, epoch -1: no session (full fetch)
-        + _uvarint(2) + topic_id  # one topic, by id
-        + _uvarint(2) + struct.pack(">iiqiqi", 0, -1, offset, -1, -1, 1_048_576) + b"\x00"
+        + uvarint(2) + topic_id  # one topic, by id
+        + uvarint(2) + struct.pack(">iiqiqi", 0, -1, offset, -1, -1, 1_048_576) + b"\x00"
         + b"\x00"  # topic tags
-        + _uvarint(1)  # forgotten topics: none
+        + uvarint(1)  # forgotten topics: none
         + _compact(b"")  # rack id
         + b"\x00"  # request tags
     )

@@ -98,16 +98,23 @@ def test_bytes_arrive_in_order_both_ways(data_file: tuple[int, bytes], direct: b
     assert result["client"] == expected
 
 
-def test_small_responses_stay_on_the_event_loop(data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
-    fd, content = data_file
-    called: list[int] = []
+def thread_outcomes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """What each call of the worker thread's ``_send_direct`` returned (empty: the thread never ran)."""
+    outcomes: list[tuple[int, int]] = []
     real = response_writer._send_direct
 
     def spy(*args: Any) -> tuple[int, int]:
-        called.append(1)
-        return real(*args)
+        outcome = real(*args)
+        outcomes.append(outcome)
+        return outcome
 
     monkeypatch.setattr(response_writer, "_send_direct", spy)
+    return outcomes
+
+
+def test_small_responses_stay_on_the_event_loop(data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
+    fd, content = data_file
+    called = thread_outcomes(monkeypatch)
     parts: list[object] = [b"h", FileSlices([(fd, 0, 1000)], None)]
     writer = ResponseWriter()
     result = serve_once(lambda w: writer.write(w, parts, direct_allowed=True), read_all)
@@ -120,14 +127,7 @@ def test_a_response_the_socket_takes_whole_needs_no_thread(
     data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fd, content = data_file
-    called: list[int] = []
-    real = response_writer._send_direct
-
-    def spy(*args: Any) -> tuple[int, int]:
-        called.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(response_writer, "_send_direct", spy)
+    called = thread_outcomes(monkeypatch)
     parts: list[object] = [b"head", FileSlices([(fd, 5, 200_000)], None), b"tail"]  # above SENDFILE_MIN_BYTES
     writer = ResponseWriter()
 
@@ -146,15 +146,7 @@ def test_stalled_reader_hands_the_rest_back(data_file: tuple[int, bytes], monkey
     monkeypatch.setattr(response_writer, "STALL_S", 0.05)
     fd, content = data_file
     parts, expected = response(fd, content)
-    outcomes: list[tuple[int, int]] = []
-    real = response_writer._send_direct
-
-    def spy(*args: Any) -> tuple[int, int]:
-        outcome = real(*args)
-        outcomes.append(outcome)
-        return outcome
-
-    monkeypatch.setattr(response_writer, "_send_direct", spy)
+    outcomes = thread_outcomes(monkeypatch)
     writer = ResponseWriter()
 
     async def write(w: asyncio.StreamWriter) -> None:
