@@ -138,12 +138,7 @@ class Histogram:
         self.series: dict[Labels, list[float]] = {}
 
     def observe(self, labels: Labels, value: float) -> None:
-        state = self.series.get(labels)
-        if state is None:
-            state = self.series[labels] = [0.0] * (len(self.bounds) + 3)
-        state[bisect_left(self.bounds, value)] += 1
-        state[-2] += value
-        state[-1] += 1
+        observe_into(self.state(labels), self.bounds, value)
 
     def state(self, labels: Labels) -> list[float]:
         """The series of ``labels`` (created empty): bucket counts, then sum, then count. For hot
@@ -152,7 +147,6 @@ class Histogram:
         if state is None:
             state = self.series[labels] = [0.0] * (len(self.bounds) + 3)
         return state
-
 
     def count(self, labels: Labels = ()) -> int:
         state = self.series.get(labels)
