@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from tidelog.broker.authz import (
@@ -51,23 +50,13 @@ NO_LOG_START = frozenset({
 RECORD_LEVEL = frozenset({ErrorCode.INVALID_TIMESTAMP, ErrorCode.INVALID_RECORD})
 
 
-@dataclass(slots=True)
-class PartitionResult:
-    error: ErrorCode = ErrorCode.NONE
-    base_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-    message: str | None = None
-    record_error: bool = False  # the error concerns the batch's records: say so in record_errors
-
-
 def _append_one(
     ctx: BrokerContext, conn: ConnectionInfo, topic: str, pdata: Any, acks: int, denied: ErrorCode | None,
     to_flush: list[PartitionLog], woken: list[bool],
-) -> PartitionResult:
+) -> ProducePartitionResult:
     """Append one partition's batches; every failure becomes that partition's error code alone."""
-    result = PartitionResult()
     plog: PartitionLog | None = None
+    message: str | None = None
     try:
         if denied is not None:
             raise KafkaError(denied)
@@ -76,37 +65,41 @@ def _append_one(
         records = pdata.records
         if records is not None and len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] != MAGIC_V2:
             # Kafka refuses old message formats for the whole partition before any log work.
-            result.error = ErrorCode.INVALID_RECORD
-            result.message = f"Produce requests with version >= 3 may only contain record batches with magic 2, not {records[MAGIC_OFFSET]}"
             ctx.metrics.produce_failed(topic)
-            return result
+            return ProducePartitionResult(
+                pdata.index, ErrorCode.INVALID_RECORD, -1, -1, -1, (),
+                f"Produce requests with version >= 3 may only contain record batches with magic 2, not {records[MAGIC_OFFSET]}",
+            )
         plog = partition_log(ctx, topic, pdata.index)
         if records is None:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "records are null")
         leader_epoch = ctx.image.topics[topic].partitions[pdata.index].leader_epoch
         info = plog.append_as_leader(pdata.records, leader_epoch=leader_epoch, now_ms=ctx.now_ms())
-        result.base_offset, result.log_start_offset = info.first_offset, info.log_start_offset
-        # A retried batch is answered with its original timestamp, as Kafka does.
-        result.log_append_time = info.max_timestamp if info.duplicate else info.log_append_time
         if info.needs_flush:
             to_flush.append(plog)
         if not info.duplicate:
             if ctx.purgatory.notify((topic, pdata.index)):
                 woken[0] = True
             ctx.metrics.produced(topic, len(pdata.records), info.record_count)
-        return result
+        # A retried batch is answered with its original timestamp, as Kafka does.
+        append_time = info.max_timestamp if info.duplicate else info.log_append_time
+        return ProducePartitionResult(pdata.index, ErrorCode.NONE, info.first_offset, append_time, info.log_start_offset)
     except KafkaError as exc:
-        result.error, result.message = exc.code, exc.message or None
+        error, message = exc.code, exc.message or None
         if exc.code is ErrorCode.KAFKA_STORAGE_ERROR:
             log.error("produce to %s-%d failed: %s", topic, pdata.index, exc)
     except Exception:
         log.exception("produce to %s-%d from %s failed", topic, pdata.index, conn.peer)
-        result.error = ErrorCode.UNKNOWN_SERVER_ERROR
+        error = ErrorCode.UNKNOWN_SERVER_ERROR
     ctx.metrics.produce_failed(topic)
-    if plog is not None and result.error not in NO_LOG_START:
-        result.log_start_offset = plog.log_start_offset
-        result.record_error = result.error in RECORD_LEVEL
-    return result
+    log_start = -1
+    record_errors: tuple[tuple[int, str | None], ...] = ()
+    if plog is not None and error not in NO_LOG_START:
+        log_start = plog.log_start_offset
+        if error in RECORD_LEVEL and message:
+            # KIP-467: a record-level error names the failing batch, so the client can tell the records apart.
+            record_errors = ((0, message),)
+    return ProducePartitionResult(pdata.index, error, -1, -1, log_start, record_errors, message)
 
 
 def _unverified_txn(ctx: BrokerContext, transactional_id: str, topic: str, pdata: Any) -> ErrorCode | None:
@@ -153,12 +146,7 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
             refused = denied
             if transactional_id is not None and refused is None:
                 refused = _unverified_txn(ctx, transactional_id, name or "", pdata)
-            r = _append_one(ctx, conn, name or "", pdata, acks, refused, to_flush, woken)
-            # KIP-467: a record-level error names the failing batch, so the client can tell the records apart.
-            record_errors = ((0, r.message),) if r.record_error and r.message else ()
-            partitions.append(ProducePartitionResult(
-                pdata.index, r.error, r.base_offset, r.log_append_time, r.log_start_offset, record_errors, r.message,
-            ))
+            partitions.append(_append_one(ctx, conn, name or "", pdata, acks, refused, to_flush, woken))
         topics.append((name or "", getattr(topic_data, "topic_id", None), partitions))
     loop = asyncio.get_running_loop()
     for plog in to_flush:
