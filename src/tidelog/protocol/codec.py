@@ -42,6 +42,7 @@ from kio.serial._introspect import (
 from tidelog.common.errors import ErrorCode
 from tidelog.protocol import apis
 from tidelog.protocol.encoders import HAND_WRITTEN, Buffers
+from tidelog.protocol.encoders._wire import uvarint
 from tidelog.protocol.errors import InvalidRequest
 from tidelog.protocol.headers import RequestHeader, encode_response_header, read_uvarint
 
@@ -305,10 +306,10 @@ class _Walker:
                 self.unknown_tags |= inner.unknown_tags
                 if inner.out is not None:
                     value = bytes(inner.out) + bytes(self.buf[consumed:end])
-                    kept.append(_uvarint_bytes(tag) + _uvarint_bytes(len(value)) + value)
+                    kept.append(uvarint(tag) + uvarint(len(value)) + value)
             pos = end
         if self.out is not None:
-            self.out += _uvarint_bytes(len(kept)) + b"".join(kept)
+            self.out += uvarint(len(kept)) + b"".join(kept)
         return pos
 
 
@@ -470,15 +471,6 @@ class _CheckSource:
         self.line(indent + 1, "pos += 1")
         self.line(indent, "else:")
         self.line(indent + 1, "n, pos = read_uvarint(buf, pos)")
-
-
-def _uvarint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 __all__: Sequence[str] = (
