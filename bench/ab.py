@@ -12,7 +12,8 @@ both; the table shows every round and the median. Loads:
 - ``produce64``: the same, keyed (10,000 keys) over 64 partitions (workload 4);
 - ``raw``: the raw pipelined producer, 500,000 x 1 KiB (the broker's intake ceiling);
 - ``consume``: confluent-kafka reads 2,000,000 x 100 B from one partition;
-- ``consume-java``: Kafka's ConsumerPerformance reads 500,000 x 1 KiB from one partition;
+- ``consume-java``: Kafka's ConsumerPerformance reads 500,000 x 1 KiB from one partition (written by
+  ProducerPerformance with workload 1's settings);
 - ``consume64``: confluent-kafka reads 500,000 x 1 KiB keyed records over 64 partitions (workload 4);
 - ``latency``: workload 3's probe for 10 s (2,000 records/s of 200 B, acks=all, linger 0): p50 and
   p99 in ms, and the broker's CPU per record in µs (each record is one Produce and one Fetch).
@@ -21,6 +22,7 @@ both; the table shows every round and the median. Loads:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -32,13 +34,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers
 import workloads as wl
-from compare import create_topics
+from compare import PRODUCER_PROPS, create_topics
 
 
 def run_loads(bootstrap: str, loads: list[str], cpu: Callable[[], float]) -> dict[str, float]:
     figures: dict[str, float] = {}
 
     def measure(name: str, run: Callable[[], wl.ToolRun]) -> None:
+        os.sync()  # the fill's writes on disk first: otherwise the load measures their writeback too
         before = cpu()
         result = run()
         figures[f"{name} MB/s"] = result.figures["mb_s"]
@@ -60,7 +63,9 @@ def run_loads(bootstrap: str, loads: list[str], cpu: Callable[[], float]) -> dic
         measure("consume", lambda: wl.confluent("consume", bootstrap, "ab-consume", count=2_000_000, size=100))
     if "consume-java" in loads:
         create_topics(bootstrap, {"ab-consume-java": 1})
-        wl.confluent("produce", bootstrap, "ab-consume-java", count=500_000, size=1024)
+        # Filled as workload 1 fills it (ProducerPerformance, 1 MiB batches), so that each Fetch
+        # carries one ~1 MiB batch, as in compare.py's ConsumerPerformance figure.
+        wl.java_produce(peers.kafka_libs(), bootstrap, "ab-consume-java", 500_000, 1024, PRODUCER_PROPS)
         measure("consume-java", lambda: wl.java_consume(peers.kafka_libs(), bootstrap, "ab-consume-java", 500_000, 1024))
     if "consume64" in loads:
         create_topics(bootstrap, {"ab-consume64": 64})

@@ -10,17 +10,15 @@ Two ways, chosen per response:
 - **Direct** (plain-TCP listeners, at least ``SENDFILE_MIN_BYTES`` of file bytes, nothing buffered in
   the transport): the frame goes to the socket's descriptor, the memory parts with ``writev`` and
   the file ranges with ``sendfile(2)`` (page cache to socket, no copy through Python, no ``pread``).
-  First on the event loop's thread, as much as the socket takes without blocking (the kernel bounds
-  it by the socket's buffer): a consumer that keeps up gets its whole response so, with no thread
-  hand-off (session 4: 64-partition consume 633 → 764 MB/s, others within the noise). What the
-  socket does not take goes to a worker thread, which writes it to a duplicate of the descriptor
-  and waits for the socket to drain. The event loop keeps serving every other connection; this
-  connection's task waits for the thread, so its responses stay in request order and nothing else
-  writes to the socket meanwhile. The thread owns the duplicate descriptor (closes it itself), so a
-  transport that closes the socket under it cannot make it write into a reused descriptor number.
-  When the socket does not drain for ``STALL_S`` (a slow or stopped client) the thread stops and
-  hands back what is left, which the loop then writes the buffered way: a slow client holds a thread
-  for at most ``STALL_S`` per response.
+  All of it on the event loop's thread, never blocking: first as much as the socket takes now (the
+  kernel bounds it by the socket's buffer), then, with the loop watching a duplicate of the
+  descriptor for writability, the next piece each time the client has drained some. The loop
+  serves every other connection in between; this connection's task waits for the end, so its
+  responses stay in request order and nothing else writes to the socket meanwhile. Session 5
+  replaced a worker thread for the rest (its hand-offs to and from the loop cost more than the
+  sends; bench/RESULTS.md). When the socket does not drain for ``STALL_S`` (a slow or stopped
+  client) what is left is handed to the transport the buffered way, so a stopped client does not
+  pin segment files for longer than that.
 - **Buffered** (TLS, small responses, the remainder after a stall): file ranges are read with one
   ``pread`` each and the parts handed to the transport: parts under ``COALESCE_BYTES`` joined into
   one write, larger ones as memoryviews (asyncio's ``writelines`` would copy them three times).
@@ -31,11 +29,8 @@ Measurements behind the thresholds are in bench/RESULTS.md ("sendfile for Fetch"
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
-import select
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from tidelog.storage.log import read_ranges
@@ -43,7 +38,6 @@ from tidelog.storage.log import read_ranges
 COALESCE_BYTES = 64 * 1024  # memory parts below this are joined before writing; larger ones are not copied
 SENDFILE_MIN_BYTES = 128 * 1024  # file bytes in a response from which a worker thread sends it directly
 STALL_S = 0.1  # a socket that does not drain for this long is handed back to the event loop
-SEND_THREADS = 4
 _IOV_MAX = 1024
 
 Part = Any  # bytes | memoryview | FileSlices
@@ -91,11 +85,10 @@ def write_buffered(writer: asyncio.StreamWriter, parts: Sequence[Part]) -> None:
 
 
 class ResponseWriter:
-    """Writes responses for every connection of a server; owns the sendfile worker threads."""
+    """Writes responses for every connection of a server."""
 
-    def __init__(self, threads: int = SEND_THREADS, min_direct_bytes: int = SENDFILE_MIN_BYTES) -> None:
+    def __init__(self, min_direct_bytes: int = SENDFILE_MIN_BYTES) -> None:
         self.min_direct_bytes = min_direct_bytes
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tidelog-send")
 
     async def write(self, writer: asyncio.StreamWriter, parts: Sequence[Part], direct_allowed: bool) -> None:
         """Write one response; returns once it is on the socket (direct) or queued (buffered)."""
@@ -107,24 +100,12 @@ class ResponseWriter:
             write_buffered(writer, parts)
             return
         chunks = _chunks(parts)
-        # First as much as the socket takes now, on this thread: a response that fits in the socket's
-        # buffer (the common case for a consumer that keeps up) needs no worker thread at all.
-        index, offset = _send_chunks(sock.fileno(), chunks, 0, 0, _stop_when_full)
+        # First as much as the socket takes now: a response that fits in the socket's buffer (the
+        # common case for a consumer that keeps up) is done here, without a writability watch.
+        index, offset = _send_chunks(sock.fileno(), chunks, 0, 0)
         if index == len(chunks):
             return
-        chunks = _rest(chunks, index, offset)
-        stop = threading.Event()
-        fd = os.dup(sock.fileno())
-        # ``parts`` goes to the thread too: it keeps the file descriptors open until the thread is done,
-        # even if this task is cancelled and forgets them first.
-        sending = asyncio.get_running_loop().run_in_executor(self._pool, _send_direct, fd, chunks, parts, stop)
-        try:
-            index, offset = await asyncio.shield(sending)
-        except asyncio.CancelledError:
-            if sending.cancelled():  # never ran (the pool was shut down): the descriptor is still ours
-                os.close(fd)
-            stop.set()  # otherwise the thread gives up at its next wait and closes its own descriptor
-            raise
+        index, offset = await _send_rest_on_loop(sock.fileno(), chunks, index, offset)
         if index < len(chunks):
             write_buffered(writer, _remainder(chunks, index, offset))
 
@@ -134,9 +115,6 @@ class ResponseWriter:
             if type(part) is FileSlices:
                 file_bytes += part.length
         return file_bytes >= self.min_direct_bytes
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _chunks(parts: Sequence[Part]) -> list[Chunk]:
@@ -162,35 +140,68 @@ def _remainder(chunks: list[Chunk], index: int, offset: int) -> list[bytes | mem
     return out
 
 
-def _send_direct(fd: int, chunks: list[Chunk], keep_alive: object, stop: threading.Event) -> tuple[int, int]:
-    """Write ``chunks`` to socket ``fd`` (non-blocking); (index, offset) of the first unsent byte.
+async def _send_rest_on_loop(sock_fd: int, chunks: list[Chunk], index: int, offset: int) -> tuple[int, int]:
+    """Send ``chunks`` from (index, offset) on as the socket drains, from the event loop's own thread.
 
-    Runs on a worker thread and closes ``fd`` before returning. Returns early (with what is left)
-    when the socket stays full for ``STALL_S`` or ``stop`` is set. Connection errors propagate.
+    The loop watches a duplicate of the socket's descriptor for writability (the transport's own
+    registration is on the original number, and an event loop refuses a second watcher on a
+    transport's descriptor); each time it becomes writable, as much is sent as the socket takes.
+    Returns the (index, offset) of the first unsent byte: the end, or where the socket stopped
+    draining for ``STALL_S``. Connection errors propagate. The caller keeps the file descriptors in
+    ``chunks`` open until this returns.
     """
-    poller = select.poll()
-    poller.register(fd, select.POLLOUT)
-
-    def drained() -> bool:
-        return not stop.is_set() and bool(poller.poll(STALL_S * 1000))
-
+    send = _LoopSend(chunks, index, offset)
+    fd = os.dup(sock_fd)
+    send.loop.add_writer(fd, send.on_writable, fd)
     try:
-        return _send_chunks(fd, chunks, 0, 0, drained)
+        await send.done
     finally:
+        send.loop.remove_writer(fd)
+        send.timer.cancel()
         os.close(fd)
-        del keep_alive  # released only now: the ranges were in use until here
+    return send.index, send.offset
 
 
-def _stop_when_full() -> bool:
-    return False
+class _LoopSend:
+    """The state of one response being sent by ``_send_rest_on_loop``."""
+
+    def __init__(self, chunks: list[Chunk], index: int, offset: int) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.done: asyncio.Future[None] = self.loop.create_future()
+        self.chunks = chunks
+        self.index = index
+        self.offset = offset
+        self.last_progress = self.loop.time()
+        self.timer = self.loop.call_later(STALL_S, self.check_stall)
+
+    def on_writable(self, fd: int) -> None:
+        if self.done.done():
+            return
+        try:
+            index, offset = _send_chunks(fd, self.chunks, self.index, self.offset)
+        except OSError as exc:
+            self.done.set_exception(exc)
+            return
+        if (index, offset) != (self.index, self.offset):
+            self.index, self.offset = index, offset
+            self.last_progress = self.loop.time()
+        if index == len(self.chunks):
+            self.done.set_result(None)
+
+    def check_stall(self) -> None:
+        """Give up when the socket has taken nothing for ``STALL_S``; else look again when it would be."""
+        if self.done.done():
+            return
+        idle = self.loop.time() - self.last_progress
+        if idle >= STALL_S:
+            self.done.set_result(None)
+        else:
+            self.timer = self.loop.call_later(STALL_S - idle, self.check_stall)
 
 
-def _send_chunks(
-    fd: int, chunks: list[Chunk], index: int, offset: int, wait_writable: Callable[[], bool]
-) -> tuple[int, int]:
-    """Write ``chunks`` from (index, offset) to the non-blocking socket ``fd``; return the (index,
-    offset) of the first unsent byte. When the socket is full, ``wait_writable()`` says whether to go
-    on (it returns once the socket drains) or to stop there."""
+def _send_chunks(fd: int, chunks: list[Chunk], index: int, offset: int) -> tuple[int, int]:
+    """Write ``chunks`` from (index, offset) to the non-blocking socket ``fd`` until it is full;
+    return the (index, offset) of the first unsent byte."""
     count = len(chunks)
     while index < count:
         chunk = chunks[index]
@@ -203,9 +214,7 @@ def _send_chunks(
             else:
                 sent = os.writev(fd, _memory_run(chunks, index, offset))
         except BlockingIOError:
-            if not wait_writable():
-                return index, offset
-            continue
+            return index, offset
         # Advance past what was sent: it may end inside a chunk or span several memory chunks.
         while sent and index < count:
             left = _chunk_len(chunks[index]) - offset
@@ -216,14 +225,6 @@ def _send_chunks(
             index += 1
             offset = 0
     return index, offset
-
-
-def _rest(chunks: list[Chunk], index: int, offset: int) -> list[Chunk]:
-    """The chunks from the first unsent byte on, without reading any file."""
-    first = chunks[index]
-    if offset:
-        first = (first[0], first[1] + offset, first[2] - offset) if isinstance(first, tuple) else first[offset:]
-    return [first, *chunks[index + 1 :]]
 
 
 def _memory_run(chunks: list[Chunk], index: int, offset: int) -> list[memoryview]:

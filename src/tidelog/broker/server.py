@@ -277,4 +277,3 @@ class Server:
             await asyncio.wait(list(self._connections), timeout=1.0)
         for server in self._servers:
             await server.wait_closed()
-        self.responses.close()

@@ -1,7 +1,8 @@
 """The response writer over real loopback sockets: bytes in order, direct and buffered, stalls, closes.
 
-Each test runs an asyncio server on 127.0.0.1 whose only job is to write one response built of memory
-parts and file ranges (a real file) with ``ResponseWriter``; a plain socket client reads it back.
+Each test runs a server on 127.0.0.1, on asyncio's loop and on uvloop (the broker's default), whose
+only job is to write one response built of memory parts and file ranges (a real file) with
+``ResponseWriter``; a plain socket client reads it back.
 """
 
 from __future__ import annotations
@@ -21,6 +22,22 @@ from tidelog.broker import response_writer
 from tidelog.broker.response_writer import FileSlices, ResponseWriter
 
 MIB = 1 << 20
+
+
+@pytest.fixture(params=["asyncio", "uvloop"], autouse=True)
+def loop_factory(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test on both event loops: the writer watches a duplicated descriptor, which each loop
+    must accept next to its transport's own registration."""
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        LOOP_FACTORY[0] = uvloop.new_event_loop
+    else:
+        LOOP_FACTORY[0] = asyncio.new_event_loop
+    yield
+    LOOP_FACTORY[0] = asyncio.new_event_loop
+
+
+LOOP_FACTORY: list[Callable[[], asyncio.AbstractEventLoop]] = [asyncio.new_event_loop]
 
 
 @pytest.fixture()
@@ -65,7 +82,11 @@ def serve_once(
             while "done" not in result:
                 await asyncio.sleep(0.01)
 
-    thread = threading.Thread(target=asyncio.run, args=(main(),))
+    def run() -> None:
+        with asyncio.Runner(loop_factory=LOOP_FACTORY[0]) as runner:
+            runner.run(main())
+
+    thread = threading.Thread(target=run)
     thread.start()
     ready.wait(5)
     sock = socket.create_connection(("127.0.0.1", result["port"]))  # type: ignore[arg-type]
@@ -93,41 +114,40 @@ def test_bytes_arrive_in_order_both_ways(data_file: tuple[int, bytes], direct: b
     parts, expected = response(fd, content)
     writer = ResponseWriter()
     result = serve_once(lambda w: writer.write(w, parts, direct_allowed=direct), read_all)
-    writer.close()
     assert "server_error" not in result
     assert result["client"] == expected
 
 
-def thread_outcomes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """What each call of the worker thread's ``_send_direct`` returned (empty: the thread never ran)."""
+def loop_sends(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """What each call of ``_send_rest_on_loop`` (the writability-watched rest) returned; empty: the
+    first non-blocking send took the whole response."""
     outcomes: list[tuple[int, int]] = []
-    real = response_writer._send_direct
+    real = response_writer._send_rest_on_loop
 
-    def spy(*args: Any) -> tuple[int, int]:
-        outcome = real(*args)
+    async def spy(*args: Any) -> tuple[int, int]:
+        outcome = await real(*args)
         outcomes.append(outcome)
         return outcome
 
-    monkeypatch.setattr(response_writer, "_send_direct", spy)
+    monkeypatch.setattr(response_writer, "_send_rest_on_loop", spy)
     return outcomes
 
 
-def test_small_responses_stay_on_the_event_loop(data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_small_responses_are_buffered(data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
     fd, content = data_file
-    called = thread_outcomes(monkeypatch)
+    called = loop_sends(monkeypatch)
     parts: list[object] = [b"h", FileSlices([(fd, 0, 1000)], None)]
     writer = ResponseWriter()
     result = serve_once(lambda w: writer.write(w, parts, direct_allowed=True), read_all)
-    writer.close()
     assert result["client"] == b"h" + content[:1000]
     assert called == []
 
 
-def test_a_response_the_socket_takes_whole_needs_no_thread(
+def test_a_response_the_socket_takes_whole_needs_no_watch(
     data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fd, content = data_file
-    called = thread_outcomes(monkeypatch)
+    called = loop_sends(monkeypatch)
     parts: list[object] = [b"head", FileSlices([(fd, 5, 200_000)], None), b"tail"]  # above SENDFILE_MIN_BYTES
     writer = ResponseWriter()
 
@@ -136,9 +156,48 @@ def test_a_response_the_socket_takes_whole_needs_no_thread(
         await writer.write(w, parts, direct_allowed=True)
 
     result = serve_once(write, read_all)
-    writer.close()
     assert result["client"] == b"head" + content[5 : 5 + 200_000] + b"tail"
     assert called == []
+
+
+def test_a_slow_reader_gets_it_all_while_the_loop_serves_others(
+    data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that takes the 1.3 MiB response in small sips, within STALL_S of each other: it is sent
+    as the socket drains, all direct, and the event loop keeps running other tasks meanwhile."""
+    fd, content = data_file
+    parts, expected = response(fd, content)
+    outcomes = loop_sends(monkeypatch)
+    writer = ResponseWriter()
+    ticks: list[float] = []
+
+    async def write(w: asyncio.StreamWriter) -> None:
+        w.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 102400)  # the broker's default
+
+        async def tick() -> None:
+            while True:
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.005)
+
+        ticker = asyncio.ensure_future(tick())
+        try:
+            await writer.write(w, parts, direct_allowed=True)
+        finally:
+            ticker.cancel()
+
+    def sip(sock: socket.socket) -> bytes:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        out = bytearray()
+        while chunk := sock.recv(64 * 1024):
+            out += chunk
+            time.sleep(0.002)
+        return bytes(out)
+
+    result = serve_once(write, sip)
+    assert "server_error" not in result
+    assert result["client"] == expected
+    assert outcomes == [(5, 0)], "the rest should have gone direct to the end"
+    assert len(ticks) >= 3, "the event loop should have run other tasks during the send"
 
 
 def test_stalled_reader_hands_the_rest_back(data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,7 +205,7 @@ def test_stalled_reader_hands_the_rest_back(data_file: tuple[int, bytes], monkey
     monkeypatch.setattr(response_writer, "STALL_S", 0.05)
     fd, content = data_file
     parts, expected = response(fd, content)
-    outcomes = thread_outcomes(monkeypatch)
+    outcomes = loop_sends(monkeypatch)
     writer = ResponseWriter()
 
     async def write(w: asyncio.StreamWriter) -> None:
@@ -154,10 +213,9 @@ def test_stalled_reader_hands_the_rest_back(data_file: tuple[int, bytes], monkey
         await writer.write(w, parts, direct_allowed=True)
 
     result = serve_once(write, lambda s: read_all(s, delay_s=0.5))
-    writer.close()
     assert result["client"] == expected
     index, _offset = outcomes[0]
-    assert index < 5, "the thread should have stopped before the end and handed the rest back"
+    assert index < 5, "the direct send should have stopped before the end and handed the rest back"
 
 
 def test_client_gone_mid_response_is_a_connection_error(data_file: tuple[int, bytes]) -> None:
@@ -181,11 +239,10 @@ def test_client_gone_mid_response_is_a_connection_error(data_file: tuple[int, by
         return read_a_little(sock)
 
     result = serve_once(write, small_window_reader)
-    writer.close()
     assert isinstance(result.get("server_error"), ConnectionError), result.get("server_error")
 
 
-def test_cancelled_writer_lets_the_thread_finish_with_its_own_descriptor(data_file: tuple[int, bytes]) -> None:
+def test_cancelled_writer_releases_its_descriptor(data_file: tuple[int, bytes]) -> None:
     """Cancelling the connection task mid-send: no exception leaks, the descriptor count returns to normal."""
     fd, content = data_file
     parts, _ = response(fd, content)
@@ -193,6 +250,7 @@ def test_cancelled_writer_lets_the_thread_finish_with_its_own_descriptor(data_fi
     before = len(os.listdir("/proc/self/fd"))
 
     async def write_then_cancel(w: asyncio.StreamWriter) -> None:
+        w.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 102400)
         task = asyncio.ensure_future(writer.write(w, parts, direct_allowed=True))
         await asyncio.sleep(0.05)
         task.cancel()
@@ -200,8 +258,4 @@ def test_cancelled_writer_lets_the_thread_finish_with_its_own_descriptor(data_fi
             await task
 
     serve_once(write_then_cancel, lambda s: read_all(s, delay_s=0.3))
-    deadline = time.monotonic() + 2
-    while len(os.listdir("/proc/self/fd")) > before and time.monotonic() < deadline:
-        time.sleep(0.02)
-    writer.close()
     assert len(os.listdir("/proc/self/fd")) <= before
