@@ -239,7 +239,9 @@ def start_kafka(workdir: Path, libs: Path, overrides: Mapping[str, str] | None =
     log_path = workdir / "kafka.out"
     log4j.write_text(KAFKA_LOG4J2.format(log=workdir / "kafka.log"))
     if format_storage:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # as Kafka's Uuid.randomUuid: a leading "-" reads as an option
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         with log_path.open("ab") as out:
             done = subprocess.run(
                 _kafka_java(libs, log4j, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config),
