@@ -148,7 +148,9 @@ class BrokerProcess:
     def _reference_kafka_command(self, log: IO[bytes]) -> list[str]:
         java = ["java", "-Xmx512m", "-cp", f"{self.reference_kafka}/*"]
         if not (self.data_dir / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = "-"
+            while cluster_id.startswith("-"):  # as Kafka's Uuid.randomUuid: a leading "-" reads as an option
+                cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             subprocess.run(
                 [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.properties_path)],
                 stdout=log, stderr=log, check=True,
