@@ -21,11 +21,14 @@ Workloads (issue 9):
    ceiling: the same 1 KiB records sent as one prebuilt ~1 MB Produce request over and over, 8 in
    flight, by a raw-socket client that costs almost nothing per byte (``workloads.py raw-produce``),
    measured first on the fresh broker after one unmeasured run (a JVM's warm-up);
-2. consume the same from offset 0 (Kafka's ConsumerPerformance; a confluent-kafka process);
+2. consume the same from offset 0 (Kafka's ConsumerPerformance; a confluent-kafka process); and the
+   broker's own read ceiling for the 1 KiB records: plain Fetch requests one at a time with the
+   consumers' default limits, by a raw-socket client that only walks batch headers
+   (``workloads.py raw-consume``);
 3. end-to-end latency: a confluent-kafka process producing 2,000 records/s of 200 B for 20 s
    (acks=all, linger 0) and consuming them (p50, p99, p99.9, max), and Kafka's EndToEndLatency
    (one record at a time, round trip);
-4. 64 partitions, keyed records (confluent-kafka produce and consume, 500,000 x 1 KiB);
+4. 64 partitions, keyed records (confluent-kafka produce and consume, 500,000 x 1 KiB; raw-consume);
 5. 1,000 idle connections (ApiVersions answered, then silence) held open during a ProducerPerformance
    1 KiB run, alternating with the same run without them (the slowdown compares the two);
 6. 10,000 partitions: time to create them, RSS, then restart: time until Metadata shows every
@@ -254,6 +257,11 @@ def w2_consume(ctx: Context) -> None:
             ctopic = ctx.topics.get(f"ck-{tag}", ctx.topics.get(f"java-{tag}"))
             if ctopic is None:
                 continue
+            if tag == "1k":
+                runs = ctx.repeat(lambda ctopic=ctopic, count=count: synced(wl.raw_consume)(  # type: ignore[misc]
+                    ctx.broker.bootstrap, ctopic, count))
+                ctx.record("2.raw.1k.mb_s", f"2 consume {count:,}x1024 B, plain Fetch requests (raw)", "MB/s", True,
+                           runs, "mb_s")
             runs = ctx.repeat(lambda ctopic=ctopic, count=count, size=size: synced(wl.confluent)(  # type: ignore[misc]
                 "consume", ctx.broker.bootstrap, ctopic, count=count, size=size))
             ctx.record(f"2.ck.{tag}.mb_s", f"2 consume {count:,}x{size} B (confluent-kafka)", "MB/s", True, runs,
@@ -290,9 +298,13 @@ def w4_partitions(ctx: Context) -> None:
                                                            size=1024))
             figures.append((ctx.record("4.ck.consume.mb_s", "4 consume the same (confluent)", "MB/s", True, runs,
                                        "mb_s"), "2.ck.1k.mb_s"))
+            runs = ctx.repeat(lambda: synced(wl.raw_consume)(ctx.broker.bootstrap, topic, count, partitions=64))
+            figures.append((ctx.record("4.raw.consume.mb_s", "4 consume the same, plain Fetch requests (raw)", "MB/s",
+                                       True, runs, "mb_s"), "2.raw.1k.mb_s"))
     for fig, base in figures:
         if base in ctx.figures:
-            ctx.plain(fig.key.replace("mb_s", "ratio"), f"4   {fig.key.split('.')[2]}: 64 partitions / 1 partition", "x",
+            what = fig.key.split('.')[2] + (" (raw)" if fig.key.startswith("4.raw") else "")
+            ctx.plain(fig.key.replace("mb_s", "ratio"), f"4   {what}: 64 partitions / 1 partition", "x",
                       True, fig.value / ctx.figures[base].value)
 
 

@@ -18,7 +18,11 @@ was the limit.
 
 ``raw-produce`` is no client library: it sends one prebuilt 1 MiB Produce request (v8, acks=all,
 not idempotent) over and over with ``--inflight`` requests outstanding, so it costs almost nothing
-per byte and measures how fast the broker itself takes records in.
+per byte and measures how fast the broker itself takes records in. ``raw-consume`` is its reading
+twin: plain Fetch requests (v4) for every partition, one at a time, with the consumers' default
+limits, walking only the batch headers; it measures how fast the broker serves reads.
+
+    python bench/workloads.py raw-consume --bootstrap 127.0.0.1:9092 --topic t --count 500000 --partitions 64
 """
 
 from __future__ import annotations
@@ -371,6 +375,93 @@ def raw_produce(bootstrap: str, topic: str, count: int, size: int, inflight: int
     return confluent("raw-produce", bootstrap, topic, timeout, count=count, size=size, inflight=inflight)
 
 
+FETCH_V4 = 4  # the oldest Fetch Kafka 4 still serves; not flexible, so it is written and read by hand here
+
+
+def _fetch_request(correlation_id: int, topic: str, offsets: list[int], partition_max_bytes: int,
+                   max_bytes: int) -> bytes:
+    name = topic.encode()
+    body = (struct.pack(">hhih", 1, FETCH_V4, correlation_id, 3) + b"raw"  # header v1: key, version, id, client
+            + struct.pack(">iiiib", -1, 500, 1, max_bytes, 0)  # replica, max wait, min bytes, max bytes, isolation
+            + struct.pack(">ih", 1, len(name)) + name + struct.pack(">i", len(offsets))
+            + b"".join(struct.pack(">iqi", partition, offset, partition_max_bytes)
+                       for partition, offset in enumerate(offsets)))
+    return struct.pack(">i", len(body)) + body
+
+
+def _read_fetch_response(frame: memoryview, offsets: list[int]) -> int:
+    """Advance ``offsets`` past the whole batches of a FetchResponse v4 (one topic); the bytes they hold.
+
+    A batch cut at the partition's byte limit is left for the next fetch, as clients do.
+    """
+    pos = 4 + 4  # correlation id, throttle time
+    (topics,) = struct.unpack_from(">i", frame, pos)
+    pos += 4
+    taken = 0
+    for _ in range(topics):
+        (name_length,) = struct.unpack_from(">h", frame, pos)
+        pos += 2 + name_length
+        (partitions,) = struct.unpack_from(">i", frame, pos)
+        pos += 4
+        for _ in range(partitions):
+            partition, error, _hw, _lso, aborted = struct.unpack_from(">ihqqi", frame, pos)
+            pos += 26 + max(aborted, 0) * 16
+            if error:
+                raise SystemExit(f"fetch of partition {partition} failed with error code {error}")
+            (size,) = struct.unpack_from(">i", frame, pos)
+            pos += 4
+            end = pos + max(size, 0)
+            batch = pos
+            while batch + 27 <= end:
+                base, length = struct.unpack_from(">qi", frame, batch)
+                if batch + 12 + length > end:
+                    break
+                (last_delta,) = struct.unpack_from(">i", frame, batch + 23)
+                offsets[partition] = base + last_delta + 1
+                taken += 12 + length
+                batch += 12 + length
+            pos = end
+    return taken
+
+
+def tool_raw_consume(args: argparse.Namespace) -> dict[str, Any]:
+    """Read ``count`` records of all ``partitions`` from offset 0 with plain Fetch requests, one at a time.
+
+    The client's settings are the consumers' defaults (1 MiB per partition, 50 MiB per fetch), but it
+    only walks the batch headers to find the next offsets: no record is decoded, no CRC checked. So
+    the figure is how fast the broker serves reads, as ``raw-produce`` is for writes.
+    """
+    host, port = args.bootstrap.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=60)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    offsets = [0] * args.partitions
+    buffer = bytearray(64 * MIB)
+    taken = fetches = 0
+    started = time.perf_counter()
+    while sum(offsets) < args.count:
+        sock.sendall(_fetch_request(fetches, args.topic, offsets, MIB, 50 * MIB))
+        (length,) = struct.unpack(">i", _recv_exactly(sock, 4))
+        if length > len(buffer):
+            buffer = bytearray(length)
+        view = memoryview(buffer)[:length]
+        received = 0
+        while received < length:
+            got = sock.recv_into(view[received:])
+            if not got:
+                raise ConnectionError("closed by the broker")
+            received += got
+        taken += _read_fetch_response(view, offsets)
+        fetches += 1
+    elapsed = time.perf_counter() - started
+    sock.close()
+    records = sum(offsets)
+    return {"records_s": records / elapsed, "mb_s": taken / elapsed / MB, "seconds": elapsed, "fetches": fetches}
+
+
+def raw_consume(bootstrap: str, topic: str, count: int, partitions: int = 1, timeout: float = 600) -> ToolRun:
+    return confluent("raw-consume", bootstrap, topic, timeout, count=count, partitions=partitions)
+
+
 # --- idle connections ----------------------------------------------------------------------------------
 
 def open_idle_connections(host: str, port: int, count: int) -> list[socket.socket]:
@@ -409,7 +500,7 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["produce", "consume", "latency", "raw-produce"])
+    parser.add_argument("mode", choices=["produce", "consume", "latency", "raw-produce", "raw-consume"])
     parser.add_argument("--bootstrap", required=True, help="HOST:PORT, or 'mock' for librdkafka's mock cluster")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--count", type=int, default=100_000)
@@ -422,9 +513,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=2000)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--inflight", type=int, default=8, help="raw-produce: requests in flight")
+    parser.add_argument("--partitions", type=int, default=1, help="raw-consume: the topic's partitions")
     args = parser.parse_args()
     args.idempotence = args.idempotence.lower() == "true"
-    tools = {"produce": tool_produce, "consume": tool_consume, "latency": tool_latency, "raw-produce": tool_raw_produce}
+    tools = {"produce": tool_produce, "consume": tool_consume, "latency": tool_latency, "raw-produce": tool_raw_produce,
+             "raw-consume": tool_raw_consume}
     result = tools[args.mode](args)
     print(json.dumps(result))
 
