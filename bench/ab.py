@@ -15,6 +15,8 @@ both; the table shows every round and the median. Loads:
 - ``consume-java``: Kafka's ConsumerPerformance reads 500,000 x 1 KiB from one partition (written by
   ProducerPerformance with workload 1's settings);
 - ``consume64``: confluent-kafka reads 500,000 x 1 KiB keyed records over 64 partitions (workload 4);
+- ``raw-consume``: the raw fetcher (``workloads.py raw-consume``) reads 500,000 x 1 KiB from one
+  partition: the broker's read ceiling;
 - ``latency``: workload 3's probe for 10 s (2,000 records/s of 200 B, acks=all, linger 0): p50 and
   p99 in ms, and the broker's CPU per record in µs (each record is one Produce and one Fetch).
 """
@@ -71,6 +73,10 @@ def run_loads(bootstrap: str, loads: list[str], cpu: Callable[[], float]) -> dic
         create_topics(bootstrap, {"ab-consume64": 64})
         wl.confluent("produce", bootstrap, "ab-consume64", count=500_000, size=1024, keys=10_000)
         measure("consume64", lambda: wl.confluent("consume", bootstrap, "ab-consume64", count=500_000, size=1024))
+    if "raw-consume" in loads:
+        create_topics(bootstrap, {"ab-raw-consume": 1})
+        wl.confluent("produce", bootstrap, "ab-raw-consume", count=500_000, size=1024)
+        measure("raw-consume", lambda: wl.raw_consume(bootstrap, "ab-raw-consume", 500_000))
     if "latency" in loads:
         create_topics(bootstrap, {"ab-latency": 1})
         before = cpu()
