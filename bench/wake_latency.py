@@ -36,6 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers
+import workloads as wl
 from compare import create_topics
 
 WARM_UP_ROUNDS = 200
@@ -66,30 +67,9 @@ def _fetch(topic: str, offset: int, correlation_id: int) -> bytes:
 def _produce(topic: str, correlation_id: int) -> bytes:
     from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
-    data = PartitionProduceData(index=0, records=_one_record_batch(b"x" * 200))
+    data = PartitionProduceData(index=0, records=wl._record_batch(1, 200))  # as raw-produce sends to every broker
     return _frame(ProduceRequest(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
                                  topic_data=(TopicProduceData(name=topic, partition_data=(data,)),)), correlation_id)
-
-
-def _one_record_batch(value: bytes) -> bytes:
-    """A v2 record batch of one keyless record (built here, not with tidelog's codec: Kafka reads it too)."""
-    import crc32c
-
-    now = int(time.time() * 1000)
-    body = b"\x00" + b"\x00" + b"\x00" + b"\x01" + _varint(len(value)) + value + b"\x00"  # attrs, ts, offset, key
-    record = _varint(len(body)) + body
-    after_crc = struct.pack(">hiqqqhii", 0, 0, now, now, -1, -1, -1, 1) + record
-    return struct.pack(">qiibI", 0, 9 + len(after_crc), -1, 2, crc32c.crc32c(after_crc)) + after_crc
-
-
-def _varint(value: int) -> bytes:
-    value = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _receive(sock: socket.socket) -> bytes:
