@@ -14,9 +14,9 @@ Two ways, chosen per response:
   kernel bounds it by the socket's buffer), then, with the loop watching a duplicate of the
   descriptor for writability, the next piece each time the client has drained some. The loop
   serves every other connection in between; this connection's task waits for the end, so its
-  responses stay in request order and nothing else writes to the socket meanwhile. Session 5
-  replaced a worker thread for the rest (its hand-offs to and from the loop cost more than the
-  sends; bench/RESULTS.md). When the socket does not drain for ``STALL_S`` (a slow or stopped
+  responses stay in request order and nothing else writes to the socket meanwhile. Until session 5
+  a worker thread sent the rest; without its hand-offs ConsumerPerformance went 294 → 357 MB/s with
+  a quarter less broker CPU (bench/RESULTS.md, "Change 14"). When the socket does not drain for ``STALL_S`` (a slow or stopped
   client) what is left is handed to the transport the buffered way, so a stopped client does not
   pin segment files for longer than that.
 - **Buffered** (TLS, small responses, the remainder after a stall): file ranges are read with one
@@ -36,8 +36,8 @@ from typing import Any
 from tidelog.storage.log import read_ranges
 
 COALESCE_BYTES = 64 * 1024  # memory parts below this are joined before writing; larger ones are not copied
-SENDFILE_MIN_BYTES = 128 * 1024  # file bytes in a response from which a worker thread sends it directly
-STALL_S = 0.1  # a socket that does not drain for this long is handed back to the event loop
+SENDFILE_MIN_BYTES = 128 * 1024  # file bytes in a response from which it is sent directly (sendfile)
+STALL_S = 0.1  # a direct send whose socket does not drain for this long hands the rest to the transport
 _IOV_MAX = 1024
 
 Part = Any  # bytes | memoryview | FileSlices
