@@ -5,9 +5,9 @@
     python bench/wake_latency.py --tidelog-src /tmp/before/src      # another tidelog tree (A/B)
 
 Each broker is started on its own (``bench/peers.py``, default settings as in ``compare.py``) with a
-one-partition topic. Two plain sockets: one sends a Fetch (v12, min bytes 1, max wait 2 s) for the
-next offset, which the broker parks; after ``--gap-ms`` the other sends a Produce (v9, acks=all) of
-one 200 B record. The figure is the time from handing the Produce to the kernel to having the whole
+one-partition topic. Two plain sockets: one sends a Fetch (v4, min bytes 1, max wait 500 ms) for the
+next offset, which the broker parks; after ``--gap-ms`` the other sends a Produce (v8, acks=all) of
+one 200 B record (the requests of ``workloads.py raw-consume`` and ``raw-produce``). The figure is the time from handing the Produce to the kernel to having the whole
 Fetch response: the broker reads the Produce, appends, wakes the Fetch, reads and answers it. Then
 the Produce response is read and the next round starts. The first 200 rounds are not counted (JIT
 warm-up for Kafka). The requests are encoded before the clock starts; the client is a blocking
@@ -22,8 +22,6 @@ broker's.
 from __future__ import annotations
 
 import argparse
-import datetime
-import io
 import socket
 import statistics
 import struct
@@ -31,7 +29,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -40,36 +37,6 @@ import workloads as wl
 from compare import create_topics
 
 WARM_UP_ROUNDS = 200
-
-
-def _frame(request: Any, correlation_id: int) -> bytes:
-    from kio.serial import entity_writer
-
-    header_type = type(request).__header_schema__
-    header = header_type(request_api_key=request.__api_key__, request_api_version=request.__version__,
-                         correlation_id=correlation_id, client_id="wake-latency")
-    buffer = io.BytesIO()
-    entity_writer(header_type)(buffer, header)
-    entity_writer(type(request))(buffer, request)
-    body = buffer.getvalue()
-    return struct.pack(">i", len(body)) + body
-
-
-def _fetch(topic: str, offset: int, correlation_id: int) -> bytes:
-    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-
-    partition = FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=1 << 20)
-    return _frame(FetchRequest(max_wait=datetime.timedelta(seconds=2), min_bytes=1, max_bytes=50 << 20, session_id=0,
-                               session_epoch=-1, topics=(FetchTopic(topic=topic, partitions=(partition,)),),
-                               forgotten_topics_data=()), correlation_id)
-
-
-def _produce(topic: str, correlation_id: int) -> bytes:
-    from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-
-    data = PartitionProduceData(index=0, records=wl._record_batch(1, 200))  # as raw-produce sends to every broker
-    return _frame(ProduceRequest(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
-                                 topic_data=(TopicProduceData(name=topic, partition_data=(data,)),)), correlation_id)
 
 
 def _receive(sock: socket.socket) -> bytes:
@@ -88,8 +55,8 @@ def measure(bootstrap: str, rounds: int, gap_s: float) -> list[float]:
     latencies: list[float] = []
     try:
         for number in range(rounds + WARM_UP_ROUNDS):
-            produce = _produce("wake", number)
-            fetcher.sendall(_fetch("wake", number, number))
+            produce = wl.produce_request(number, "wake", wl.record_batch(1, 200), acks=-1)
+            fetcher.sendall(wl.fetch_request(number, "wake", [number], wl.MIB, 50 * wl.MIB))
             time.sleep(gap_s)  # the Fetch is parked by now
             started = time.perf_counter()
             producer.sendall(produce)

@@ -315,7 +315,7 @@ def tool_latency(args: argparse.Namespace) -> dict[str, Any]:
 PRODUCE_V8 = 8  # ProduceRequest v3-v8 share one non-flexible layout; every broker here accepts v8
 
 
-def _record_batch(count: int, size: int) -> bytes:
+def record_batch(count: int, size: int) -> bytes:
     """One uncompressed v2 record batch of ``count`` keyless records of ``size`` bytes."""
     from tidelog.protocol.records import Record, build_batch
 
@@ -323,7 +323,7 @@ def _record_batch(count: int, size: int) -> bytes:
     return build_batch([Record(offset, now, None, b"x" * size) for offset in range(count)])
 
 
-def _produce_request(correlation_id: int, topic: str, batch: bytes, acks: int) -> bytes:
+def produce_request(correlation_id: int, topic: str, batch: bytes, acks: int) -> bytes:
     name = topic.encode()
     body = (struct.pack(">hhih", 0, PRODUCE_V8, correlation_id, 3) + b"raw"  # header v1: key, version, id, client
             + struct.pack(">hhi", -1, acks, 30_000)  # transactional id null, acks, timeout
@@ -348,7 +348,7 @@ def tool_raw_produce(args: argparse.Namespace) -> dict[str, Any]:
     # Under Kafka's default message.max.bytes (1,048,588) with room for the batch and record headers.
     per_batch = max(1, min(args.batch_bytes, 1_000_000) // (args.size + 16))
     batches = -(-args.count // per_batch)
-    batch = _record_batch(per_batch, args.size)
+    batch = record_batch(per_batch, args.size)
     acks = -1 if args.acks == "all" else int(args.acks)
     sock = socket.create_connection((host, int(port)), timeout=60)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -356,7 +356,7 @@ def tool_raw_produce(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     while received < batches:
         while sent < batches and sent - received < args.inflight:
-            sock.sendall(_produce_request(sent, args.topic, batch, acks))
+            sock.sendall(produce_request(sent, args.topic, batch, acks))
             sent += 1
         (length,) = struct.unpack(">i", _recv_exactly(sock, 4))
         frame = _recv_exactly(sock, length)
@@ -378,7 +378,7 @@ def raw_produce(bootstrap: str, topic: str, count: int, size: int, inflight: int
 FETCH_V4 = 4  # the oldest Fetch Kafka 4 still serves; not flexible, so it is written and read by hand here
 
 
-def _fetch_request(correlation_id: int, topic: str, offsets: list[int], partition_max_bytes: int,
+def fetch_request(correlation_id: int, topic: str, offsets: list[int], partition_max_bytes: int,
                    max_bytes: int) -> bytes:
     name = topic.encode()
     body = (struct.pack(">hhih", 1, FETCH_V4, correlation_id, 3) + b"raw"  # header v1: key, version, id, client
@@ -439,7 +439,7 @@ def tool_raw_consume(args: argparse.Namespace) -> dict[str, Any]:
     taken = fetches = 0
     started = time.perf_counter()
     while sum(offsets) < args.count:
-        sock.sendall(_fetch_request(fetches, args.topic, offsets, MIB, 50 * MIB))
+        sock.sendall(fetch_request(fetches, args.topic, offsets, MIB, 50 * MIB))
         (length,) = struct.unpack(">i", _recv_exactly(sock, 4))
         if length > len(buffer):
             buffer = bytearray(length)

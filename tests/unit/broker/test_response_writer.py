@@ -8,6 +8,7 @@ only job is to write one response built of memory parts and file ranges (a real 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import socket
 import threading
@@ -24,20 +25,6 @@ from tidelog.broker.response_writer import FileSlices, ResponseWriter
 MIB = 1 << 20
 
 
-@pytest.fixture(params=["asyncio", "uvloop"], autouse=True)
-def loop_factory(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every test on both event loops: the writer watches a duplicated descriptor, which each loop
-    must accept next to its transport's own registration."""
-    if request.param == "uvloop":
-        uvloop = pytest.importorskip("uvloop")
-        LOOP_FACTORY[0] = uvloop.new_event_loop
-    else:
-        LOOP_FACTORY[0] = asyncio.new_event_loop
-    yield
-    LOOP_FACTORY[0] = asyncio.new_event_loop
-
-
-LOOP_FACTORY: list[Callable[[], asyncio.AbstractEventLoop]] = [asyncio.new_event_loop]
 
 
 @pytest.fixture()
@@ -58,8 +45,23 @@ def response(fd: int, content: bytes) -> tuple[list[object], bytes]:
     return parts, expected
 
 
-def serve_once(
-    write: Callable[[asyncio.StreamWriter], Awaitable[None]], client: Callable[[socket.socket], object]
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+Write = Callable[[asyncio.StreamWriter], Awaitable[None]]
+ServeOnce = Callable[[Write, Callable[[socket.socket], object]], dict[str, object]]
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def serve_once(request: pytest.FixtureRequest) -> ServeOnce:
+    """``run_server_once`` on asyncio's loop and on uvloop (the broker's default): the writer watches
+    a duplicated descriptor, which each loop must accept next to its transport's own registration."""
+    factory: LoopFactory = asyncio.new_event_loop
+    if request.param == "uvloop":
+        factory = pytest.importorskip("uvloop").new_event_loop
+    return functools.partial(run_server_once, factory)
+
+
+def run_server_once(
+    loop_factory: LoopFactory, write: Write, client: Callable[[socket.socket], object]
 ) -> dict[str, object]:
     """Run a one-connection server that calls ``write`` and closes; return what ``client`` returns."""
     result: dict[str, object] = {}
@@ -83,7 +85,7 @@ def serve_once(
                 await asyncio.sleep(0.01)
 
     def run() -> None:
-        with asyncio.Runner(loop_factory=LOOP_FACTORY[0]) as runner:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(main())
 
     thread = threading.Thread(target=run)
@@ -109,7 +111,7 @@ def read_all(sock: socket.socket, delay_s: float = 0.0) -> bytes:
 
 
 @pytest.mark.parametrize("direct", [True, False])
-def test_bytes_arrive_in_order_both_ways(data_file: tuple[int, bytes], direct: bool) -> None:
+def test_bytes_arrive_in_order_both_ways(serve_once: ServeOnce, data_file: tuple[int, bytes], direct: bool) -> None:
     fd, content = data_file
     parts, expected = response(fd, content)
     writer = ResponseWriter()
@@ -133,7 +135,9 @@ def loop_sends(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     return outcomes
 
 
-def test_small_responses_are_buffered(data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_small_responses_are_buffered(
+    serve_once: ServeOnce, data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
     fd, content = data_file
     called = loop_sends(monkeypatch)
     parts: list[object] = [b"h", FileSlices([(fd, 0, 1000)], None)]
@@ -144,7 +148,7 @@ def test_small_responses_are_buffered(data_file: tuple[int, bytes], monkeypatch:
 
 
 def test_a_response_the_socket_takes_whole_needs_no_watch(
-    data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch
+    serve_once: ServeOnce, data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fd, content = data_file
     called = loop_sends(monkeypatch)
@@ -161,7 +165,7 @@ def test_a_response_the_socket_takes_whole_needs_no_watch(
 
 
 def test_a_slow_reader_gets_it_all_while_the_loop_serves_others(
-    data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch
+    serve_once: ServeOnce, data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A reader that takes the 1.3 MiB response in small sips, within STALL_S of each other: it is sent
     as the socket drains, all direct, and the event loop keeps running other tasks meanwhile."""
@@ -200,7 +204,9 @@ def test_a_slow_reader_gets_it_all_while_the_loop_serves_others(
     assert len(ticks) >= 3, "the event loop should have run other tasks during the send"
 
 
-def test_stalled_reader_hands_the_rest_back(data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stalled_reader_hands_the_rest_back(
+    serve_once: ServeOnce, data_file: tuple[int, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A client that reads nothing for longer than STALL_S still gets every byte, in order."""
     monkeypatch.setattr(response_writer, "STALL_S", 0.05)
     fd, content = data_file
@@ -218,7 +224,7 @@ def test_stalled_reader_hands_the_rest_back(data_file: tuple[int, bytes], monkey
     assert index < 5, "the direct send should have stopped before the end and handed the rest back"
 
 
-def test_client_gone_mid_response_is_a_connection_error(data_file: tuple[int, bytes]) -> None:
+def test_client_gone_mid_response_is_a_connection_error(serve_once: ServeOnce, data_file: tuple[int, bytes]) -> None:
     fd, content = data_file
     parts, _ = response(fd, content)
     writer = ResponseWriter()
@@ -242,7 +248,7 @@ def test_client_gone_mid_response_is_a_connection_error(data_file: tuple[int, by
     assert isinstance(result.get("server_error"), ConnectionError), result.get("server_error")
 
 
-def test_cancelled_writer_releases_its_descriptor(data_file: tuple[int, bytes]) -> None:
+def test_cancelled_writer_releases_its_descriptor(serve_once: ServeOnce, data_file: tuple[int, bytes]) -> None:
     """Cancelling the connection task mid-send: no exception leaks, the descriptor count returns to normal."""
     fd, content = data_file
     parts, _ = response(fd, content)
