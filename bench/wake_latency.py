@@ -7,8 +7,9 @@
 Each broker is started on its own (``bench/peers.py``, default settings as in ``compare.py``) with a
 one-partition topic. Two plain sockets: one sends a Fetch (v4, min bytes 1, max wait 500 ms) for the
 next offset, which the broker parks; after ``--gap-ms`` the other sends a Produce (v8, acks=all) of
-one 200 B record (the requests of ``workloads.py raw-consume`` and ``raw-produce``). The figure is the time from handing the Produce to the kernel to having the whole
-Fetch response: the broker reads the Produce, appends, wakes the Fetch, reads and answers it. Then
+one 200 B record (the requests of ``workloads.py raw-consume`` and ``raw-produce``). The figure is
+the time from handing the Produce to the kernel to having the whole Fetch response: the broker
+reads the Produce, appends, wakes the Fetch, reads and answers it. Then
 the Produce response is read and the next round starts. The first 200 rounds are not counted (JIT
 warm-up for Kafka). The requests are encoded before the clock starts; the client is a blocking
 socket in one thread, so its own share is two syscalls.

@@ -16,9 +16,9 @@ Two ways, chosen per response:
   serves every other connection in between; this connection's task waits for the end, so its
   responses stay in request order and nothing else writes to the socket meanwhile. Until session 5
   a worker thread sent the rest; without its hand-offs ConsumerPerformance went 294 → 357 MB/s with
-  a quarter less broker CPU (bench/RESULTS.md, "Change 14"). When the socket does not drain for ``STALL_S`` (a slow or stopped
-  client) what is left is handed to the transport the buffered way, so a stopped client does not
-  pin segment files for longer than that.
+  a quarter less broker CPU (bench/RESULTS.md, "Change 14"). When the socket does not drain for
+  ``STALL_S`` (a slow or stopped client) what is left is handed to the transport the buffered way,
+  so a stopped client does not pin segment files for longer than that.
 - **Buffered** (TLS, small responses, the remainder after a stall): file ranges are read with one
   ``pread`` each and the parts handed to the transport: parts under ``COALESCE_BYTES`` joined into
   one write, larger ones as memoryviews (asyncio's ``writelines`` would copy them three times).

@@ -17,9 +17,9 @@ Finding an offset: the offset index has one entry per ``index.interval.bytes`` (
 entry the batch headers are walked. For the batches after the last index entry (at most one interval
 of them, and the end of the log where tail consumers read) the segment also keeps their base and
 last offsets and positions in memory (``_tail_bases``, ``_tail_last``, ``_tail_positions``), so a
-consumer at the tail finds its batch with one bisect instead of walking up to an interval of headers. Those lists always describe
-contiguous batches that end at the segment's end; anything that rewrites the tail (recovery,
-truncation, loading) rebuilds them.
+consumer at the tail finds its batch with one bisect instead of walking up to an interval of
+headers. Those lists always describe contiguous batches that end at the segment's end; anything that
+rewrites the tail (recovery, truncation, loading) rebuilds them.
 
 Thread-safety: none of its own; :class:`~tidelog.storage.log.PartitionLog` serialises writers under
 its lock. ``pread`` on the fd is safe from any thread.
