@@ -36,14 +36,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers
 import workloads as wl
-from compare import PRODUCER_PROPS, create_topics
+from compare import PRODUCER_PROPS, create_topics, warm_memory
+
+LOAD_BYTES = 500_000 * 1024  # what each produce load writes
 
 
-def run_loads(bootstrap: str, loads: list[str], cpu: Callable[[], float]) -> dict[str, float]:
+def run_loads(bootstrap: str, loads: list[str], cpu: Callable[[], float], folder: Path) -> dict[str, float]:
     figures: dict[str, float] = {}
 
-    def measure(name: str, run: Callable[[], wl.ToolRun]) -> None:
-        os.sync()  # the fill's writes on disk first: otherwise the load measures their writeback too
+    def measure(name: str, run: Callable[[], wl.ToolRun], writes: int = 0) -> None:
+        # The fill's writes on disk first: otherwise the load measures their writeback too. A load
+        # that writes gets warmed memory, as in compare.py (``warm_memory``: this VM's page faults).
+        if writes:
+            warm_memory(folder, writes)
+        else:
+            os.sync()
         before = cpu()
         result = run()
         figures[f"{name} MB/s"] = result.figures["mb_s"]
@@ -51,14 +58,15 @@ def run_loads(bootstrap: str, loads: list[str], cpu: Callable[[], float]) -> dic
 
     if "produce" in loads:
         create_topics(bootstrap, {"ab-produce": 1})
-        measure("produce", lambda: wl.confluent("produce", bootstrap, "ab-produce", count=500_000, size=1024))
+        measure("produce", lambda: wl.confluent("produce", bootstrap, "ab-produce", count=500_000, size=1024),
+                LOAD_BYTES)
     if "produce64" in loads:
         create_topics(bootstrap, {"ab-produce64": 64})
         measure("produce64", lambda: wl.confluent("produce", bootstrap, "ab-produce64", count=500_000, size=1024,
-                                                  keys=10_000))
+                                                  keys=10_000), LOAD_BYTES)
     if "raw" in loads:
         create_topics(bootstrap, {"ab-raw": 1})
-        measure("raw", lambda: wl.raw_produce(bootstrap, "ab-raw", 500_000, 1024))
+        measure("raw", lambda: wl.raw_produce(bootstrap, "ab-raw", 500_000, 1024), LOAD_BYTES)
     if "consume" in loads:
         create_topics(bootstrap, {"ab-consume": 1})
         wl.confluent("produce", bootstrap, "ab-consume", count=2_000_000, size=100)
@@ -102,7 +110,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="tidelog-ab-", dir="/var/tmp") as tmp:
                 broker = peers.start_tidelog(Path(tmp) / "broker", env={"PYTHONPATH": str(Path(src).resolve())})
                 try:
-                    figures = run_loads(broker.bootstrap, loads, broker.cpu_seconds)
+                    figures = run_loads(broker.bootstrap, loads, broker.cpu_seconds, Path(tmp))
                 finally:
                     broker.stop()
             rounds[label].append(figures)

@@ -14,17 +14,16 @@ tens of minutes: on this shared 2-core VM every broker's figures come out lower 
 and a ratio of figures from different moments compares the moments. ``--order sequential`` is the
 old way: each broker started once and running every workload before the next broker starts.
 A broker that cannot start is left out of that group (listed under the table); the others go on.
-After a broker's folder is removed the next one starts ``FREED_MEMORY_SETTLE_S`` later: on this VM
-memory just freed is ten times cheaper to write into than memory the host has taken back, and the
-next broker's writes would be measured in it.
 Workloads (issue 9):
 
 1. produce 500,000 x 1 KiB and 2,000,000 x 100 B; acks=all, linger 5 ms, batch 1 MiB, idempotent;
    with Kafka's ProducerPerformance and with a confluent-kafka process; and the broker's own intake
    ceiling: the same 1 KiB records sent as one prebuilt ~1 MB Produce request over and over, 8 in
    flight, by a raw-socket client that costs almost nothing per byte (``workloads.py raw-produce``),
-   measured first on the fresh broker after one unmeasured run (a JVM's warm-up), and set against
-   the disk's buffered write speed measured just before (``dd``'s way: 1 MiB writes to a new file);
+   measured first on the fresh broker after one unmeasured run (a JVM's warm-up), each run on
+   warmed memory (``warm_memory``: on this VM a write into memory the host has taken back costs
+   ten times more), and set against the page cache's write speed measured the same way (``dd``'s
+   way: 1 MiB writes to a new file);
 2. consume the same from offset 0 (Kafka's ConsumerPerformance; a confluent-kafka process); and the
    broker's own read ceiling for the 1 KiB records: plain Fetch requests one at a time with the
    consumers' default limits, by a raw-socket client that only walks batch headers
@@ -193,14 +192,54 @@ PRODUCER_PROPS = {"acks": "all", "linger.ms": "5", "batch.size": str(wl.MIB), "e
 
 # --- workloads -----------------------------------------------------------------------------------------
 
+# This VM hands the pages its guest frees back to the host (virtio-balloon free page reporting),
+# seconds to minutes after they are freed, depending on how much was; the first write into such a
+# page faults into the host. Page-cache writes then run at 290-460 MB/s instead of 3-4.7 GB/s, for
+# every broker, and which a run gets depends on what happened to be freed before it (RESULTS.md,
+# session 6): the raw intake swung 2-3x between runs. The kernel reuses the pages freed last first,
+# so a file as large as a run's writes, written and deleted unsynced just before it, gives the run
+# memory the host still backs: the state of a broker whose page cache has filled the machine.
+WARM_MARGIN = 1.4  # the warming file's size, per byte the run will write
+
+
+def write_file_mb_s(path: Path, total: int, chunk: int = wl.MIB) -> float:
+    """Write ``total`` bytes to a new file in ``chunk``-sized writes from one buffer (``dd
+    if=/dev/zero bs=1M``), unsynced: the page cache's write speed."""
+    block = b"\x00" * chunk
+    started = time.perf_counter()
+    with open(path, "wb", buffering=0) as file:
+        for _ in range(total // chunk):
+            file.write(block)
+    return total // chunk * chunk / (time.perf_counter() - started) / wl.MB
+
+
+def warm_memory(folder: Path, run_bytes: int) -> None:
+    """Before a run that writes ``run_bytes``: earlier writes synced, then memory the host backs on top
+    of the free lists (see ``WARM_MARGIN``)."""
+    os.sync()
+    path = folder / "warm-memory"
+    write_file_mb_s(path, int(run_bytes * WARM_MARGIN))
+    path.unlink()  # dirty pages of an unlinked file are dropped, never written
+
+
+def buffered_write_mb_s(folder: Path, total: int) -> float:
+    """The page cache's buffered sequential write speed in the state the raw runs see (warmed)."""
+    warm_memory(folder, total)
+    path = folder / "buffered-write-reference"
+    speed = write_file_mb_s(path, total)
+    path.unlink()
+    return speed
+
+
 def produce_runs(ctx: Context, tool: str, tag: str, count: int, size: int, partitions: int = 1,
                  keys: int = 0, repeat: int | None = None) -> tuple[list[wl.ToolRun], str]:
     """``--repeat`` (or ``repeat``) produce runs, each to a new topic; (runs, the first run's topic)."""
     runs, topics = [], []
     for _ in range(ctx.args.repeat if repeat is None else repeat):
         # Every run starts with the earlier runs' writes on disk: otherwise a run late in a group
-        # measures the disk's writeback of the gigabytes before it (for every broker that writes).
-        os.sync()
+        # measures the disk's writeback of the gigabytes before it (for every broker that writes);
+        # and on warmed memory (``warm_memory``).
+        warm_memory(Path(ctx.args.workdir_path), count * size)
         topics.append(ctx.topic(f"{tool}-{tag}", partitions))
         if tool == "java":
             runs.append(wl.java_produce(ctx.libs, ctx.broker.bootstrap, topics[-1], count, size, PRODUCER_PROPS))
@@ -209,56 +248,27 @@ def produce_runs(ctx: Context, tool: str, tag: str, count: int, size: int, parti
     return runs, topics[0]
 
 
-# Pages freed by the guest reach the host (free page reporting) a few seconds later; until then they
-# are cheap to reuse. Measured on this VM: 500 MB written into a new file right after 500 MB of page
-# cache was freed, 4.2-4.7 GB/s; 3 s after, 460 MB/s; 5 s after, 340 MB/s, as into never-used memory.
-FREED_MEMORY_SETTLE_S = 5.0
-
-
-def settle_freed_memory() -> None:
-    """Wait until memory just freed is no cheaper to reuse than any other, so that what was deleted
-    (a broker's folder, a reference file) does not speed up the next broker's writes."""
-    time.sleep(FREED_MEMORY_SETTLE_S)
-
-
-def buffered_write_mb_s(folder: Path, total: int, chunk: int = wl.MIB) -> float:
-    """The disk's buffered sequential write speed, as ``dd if=/dev/zero bs=1M`` measures it: ``total``
-    bytes written to a new file in ``chunk``-sized writes from one buffer, no fsync (the brokers'
-    default durability). The file is then removed and its memory left to settle."""
-    os.sync()
-    path = folder / "buffered-write-reference"
-    block = b"\x00" * chunk
-    started = time.perf_counter()
-    with open(path, "wb", buffering=0) as file:
-        for _ in range(total // chunk):
-            file.write(block)
-    elapsed = time.perf_counter() - started
-    os.sync()
-    path.unlink()
-    settle_freed_memory()
-    return total // chunk * chunk / elapsed / wl.MB
-
-
 def w1_produce(ctx: Context) -> None:
     s = ctx.scale
-    # The target for the raw intake is a share of this (issue 9: "70% of this disk's buffered
-    # sequential write speed"), and on this VM it moves with the host: measured in the run, per broker.
-    disk = [buffered_write_mb_s(Path(ctx.args.workdir_path), s.big * 1024) for _ in range(ctx.args.repeat)]
-    ctx.plain("1.disk.write.reference", f"1 the disk's buffered write, {s.big * 1024 // wl.MB:,} MB in 1 MiB writes "
-              "to a new file (reference)", "MB/s", True, statistics.median(disk), disk)
+    # Issue 9 sets the raw intake's goal as a share of this ("70% of this disk's buffered sequential
+    # write speed"); measured in the run, per broker, in the raw runs' state.
+    folder = Path(ctx.args.workdir_path)
+    disk = [buffered_write_mb_s(folder, s.big * 1024) for _ in range(ctx.args.repeat)]
+    ctx.plain("1.disk.write.reference", f"1 the page cache's write speed, {s.big * 1024 // wl.MB:,} MB in 1 MiB "
+              "writes to a new file (reference)", "MB/s", True, statistics.median(disk), disk)
     with ctx.guard("workload 1 raw produce (broker intake ceiling)"):
         # First, on the fresh broker: this figure is the broker's intake, not the disk's writeback of
         # the gigabytes the other runs write (which throttles every broker's writes alike), and one
         # unmeasured run first warms a JVM broker's JIT up (Kafka's first run is up to 2x slower).
         def raw() -> wl.ToolRun:
-            os.sync()
+            warm_memory(folder, s.big * 1024)
             return wl.raw_produce(ctx.broker.bootstrap, ctx.topic("raw-1k"), s.big, 1024)
 
         raw()
         runs = ctx.repeat(raw)
         raw_figure = ctx.record("1.raw.1k.mb_s", f"1 produce {s.big:,}x1024 B, prebuilt 1 MB requests, 8 in flight (raw)",
                                 "MB/s", True, runs, "mb_s")
-        ctx.plain("1.raw.1k.disk_ratio", "1   raw intake / the disk's buffered write", "x", True,
+        ctx.plain("1.raw.1k.disk_ratio", "1   raw intake / the page cache's write speed", "x", True,
                   raw_figure.value / ctx.figures["1.disk.write.reference"].value)
     for tag, count, size in (("1k", s.big, 1024), ("100b", s.small, 100)):
         with ctx.guard(f"workload 1 ProducerPerformance {tag}"):
@@ -491,7 +501,6 @@ def run_group(name: str, index: int, count: int, group: tuple[int, ...], context
         ctx.broker.stop()
         if not args.keep:  # its data is of no further use: leave the next group a disk without it
             shutil.rmtree(folder, ignore_errors=True)
-            settle_freed_memory()  # nor the gigabytes of page cache it just freed
     ctx.plain("9.load", "load average (1 min) after the run", "", False, os.getloadavg()[0])
 
 
