@@ -105,6 +105,7 @@ class Context:
     libs: Path
     ceilings: dict[str, float]
     broker: peers.Broker
+    workdir: Path  # the run's folder: the brokers' folders, and the files that warm memory
     figures: dict[str, Figure] = field(default_factory=dict)
     tool_runs: list[dict[str, Any]] = field(default_factory=list)
     topics: dict[str, str] = field(default_factory=dict)
@@ -239,7 +240,7 @@ def produce_runs(ctx: Context, tool: str, tag: str, count: int, size: int, parti
         # Every run starts with the earlier runs' writes on disk: otherwise a run late in a group
         # measures the disk's writeback of the gigabytes before it (for every broker that writes);
         # and on warmed memory (``warm_memory``).
-        warm_memory(Path(ctx.args.workdir_path), count * size)
+        warm_memory(ctx.workdir, count * size)
         topics.append(ctx.topic(f"{tool}-{tag}", partitions))
         if tool == "java":
             runs.append(wl.java_produce(ctx.libs, ctx.broker.bootstrap, topics[-1], count, size, PRODUCER_PROPS))
@@ -252,7 +253,7 @@ def w1_produce(ctx: Context) -> None:
     s = ctx.scale
     # Issue 9 sets the raw intake's goal as a share of this ("70% of this disk's buffered sequential
     # write speed"); measured in the run, per broker, in the raw runs' state.
-    folder = Path(ctx.args.workdir_path)
+    folder = ctx.workdir
     disk = [buffered_write_mb_s(folder, s.big * 1024) for _ in range(ctx.args.repeat)]
     ctx.plain("1.disk.write.reference", f"1 the page cache's write speed, {s.big * 1024 // wl.MB:,} MB in 1 MiB "
               "writes to a new file (reference)", "MB/s", True, statistics.median(disk), disk)
@@ -490,7 +491,7 @@ def run_group(name: str, index: int, count: int, group: tuple[int, ...], context
           f"(started in {broker.startup_s:.1f} s; load {load_before[0]:.2f})", file=sys.stderr)
     ctx = contexts.get(name)
     if ctx is None:
-        ctx = contexts[name] = Context(args, scale, libs, ceilings, broker)
+        ctx = contexts[name] = Context(args, scale, libs, ceilings, broker, tmp)
         ctx.plain("0.startup_s", "0 start-up, empty (until ApiVersions)", "s", False, broker.startup_s)
         ctx.plain("0.rss", "0 RSS idle after start", "MiB", False, broker.rss_bytes() / wl.MIB)
     ctx.broker = broker
@@ -579,7 +580,6 @@ def main() -> None:
     groups = workload_groups(args.workloads, args.order)
     skipped: dict[str, list[str]] = {name: [] for name in names}  # groups a broker could not start for
     tmp = tempfile.mkdtemp(prefix="tidelog-compare-", dir=args.workdir or "/var/tmp")
-    args.workdir_path = tmp
     try:
         for index, group in enumerate(groups, 1):
             # Every other group in the reverse order: no broker always runs first (or last).
