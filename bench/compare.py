@@ -255,7 +255,7 @@ def w1_produce(ctx: Context) -> None:
     # write speed"); measured in the run, per broker, in the raw runs' state.
     folder = ctx.workdir
     disk = [buffered_write_mb_s(folder, s.big * 1024) for _ in range(ctx.args.repeat)]
-    ctx.plain("1.disk.write.reference", f"1 the page cache's write speed, {s.big * 1024 // wl.MB:,} MB in 1 MiB "
+    ctx.plain("1.page_cache.write.reference", f"1 the page cache's write speed, {s.big * 1024 // wl.MB:,} MB in 1 MiB "
               "writes to a new file (reference)", "MB/s", True, statistics.median(disk), disk)
     with ctx.guard("workload 1 raw produce (broker intake ceiling)"):
         # First, on the fresh broker: this figure is the broker's intake, not the disk's writeback of
@@ -269,8 +269,8 @@ def w1_produce(ctx: Context) -> None:
         runs = ctx.repeat(raw)
         raw_figure = ctx.record("1.raw.1k.mb_s", f"1 produce {s.big:,}x1024 B, prebuilt 1 MB requests, 8 in flight (raw)",
                                 "MB/s", True, runs, "mb_s")
-        ctx.plain("1.raw.1k.disk_ratio", "1   raw intake / the page cache's write speed", "x", True,
-                  raw_figure.value / ctx.figures["1.disk.write.reference"].value)
+        ctx.plain("1.raw.1k.page_cache_ratio", "1   raw intake / the page cache's write speed", "x", True,
+                  raw_figure.value / ctx.figures["1.page_cache.write.reference"].value)
     for tag, count, size in (("1k", s.big, 1024), ("100b", s.small, 100)):
         with ctx.guard(f"workload 1 ProducerPerformance {tag}"):
             runs, ctx.topics[f"java-{tag}"] = produce_runs(ctx, "java", tag, count, size)
