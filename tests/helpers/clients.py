@@ -95,6 +95,22 @@ def produce_all(
     return log
 
 
+def leave_and_close(cons: Consumer, timeout: float = 10.0) -> None:
+    """Close a subscribed consumer without the close-time rebalance that can hang librdkafka.
+
+    ``close()`` revokes the assignment itself, and librdkafka's ``rd_kafka_assign`` from that
+    rebalance callback can wait forever (librdkafka issues 4527 and 4884); confluent-kafka holds the
+    GIL in the callback, so every thread of the process stops with it. Unsubscribing and polling until
+    the assignment is gone first (the workaround named in issue 4527) leaves ``close()`` nothing to
+    revoke. Records polled meanwhile are dropped, as a closing consumer's are.
+    """
+    cons.unsubscribe()
+    deadline = time.monotonic() + timeout
+    while cons.assignment() and time.monotonic() < deadline:
+        cons.poll(0.05)
+    cons.close()
+
+
 def consumer(bootstrap: str, config: Mapping[str, object] | None = None) -> Consumer:
     return Consumer({
         "bootstrap.servers": bootstrap,

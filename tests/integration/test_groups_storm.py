@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, 
 from confluent_kafka.admin import AdminClient
 
 from helpers.broker_process import BrokerProcess, register_failure_report
-from helpers.clients import FAST_CLIENT, create_topic, unique_topic
+from helpers.clients import FAST_CLIENT, create_topic, leave_and_close, unique_topic
 
 PARTITIONS = 6
 STORM_S = 30.0  # the 30-second storm
@@ -109,7 +109,7 @@ def member_session(bootstrap: str, group: str, topic: str, ledger: Ledger, until
             processed[message.partition()] = message.offset() + 1
         commit_owned(consumer, consumer.assignment())
     finally:
-        consumer.close()
+        leave_and_close(consumer)
 
 
 def churn(bootstrap: str, group: str, topic: str, ledger: Ledger, end: float, seed: int) -> None:
