@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import time
+import warnings
 from collections.abc import Callable
 
 import pytest
@@ -161,6 +162,31 @@ def scenario_produce_v2_refused(b: Broker) -> None:
     )
     b.record("produce v2", b.connection().send_raw(int(ApiKey.PRODUCE), 2, body))
     list_offsets(b, "latest", name, -1)
+
+
+def _compressed_batch(values: list[bytes], codec: int) -> bytes:
+    """A producer's batch compressed with ``codec`` (1 gzip ... 4 zstd), as kafka-python writes it."""
+    with warnings.catch_warnings():  # kafka-python 3 imports importlib.resources' deprecated helpers
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.record.default_records import DefaultRecordBatchBuilder
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    for i, value in enumerate(values):
+        builder.append(i, timestamp=BASE_TS, key=b"k", value=value, headers=[("h", b"%d" % i)])
+    return bytes(builder.build())
+
+
+def scenario_produce_to_topics_with_a_compression_type(b: Broker) -> None:
+    """compression.type names the codec batches are stored in: an uncompressed batch is compressed
+    (gzip, zstd), an lz4 batch is decompressed (uncompressed) or recompressed (snappy), a batch already
+    in the topic's codec is kept; fetched batches show the codec in their attributes."""
+    values = [b"value %d " % i * 10 for i in range(20)]
+    for codec, sent in [("gzip", batch(values)), ("zstd", _compressed_batch(values, 4)),
+                        ("uncompressed", _compressed_batch(values, 3)), ("snappy", _compressed_batch(values, 3))]:
+        name = b.topic(f"-{codec}")
+        create_topic(b, name, 1, {"compression.type": codec})
+        produce(b, f"produce to a {codec} topic", name, sent)
+        fetch(b, f"fetch from the {codec} topic", name, 0)
 
 
 @pytest.mark.parametrize("scenario", scenario_params(globals()))

@@ -20,6 +20,7 @@ import base64
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -298,3 +299,20 @@ def module_broker(fixture_name: str, overrides: Mapping[str, object]) -> Callabl
             yield process
 
     return fixture
+
+
+def stored_batches(broker: BrokerProcess, topic: str, partition: int = 0) -> list[tuple[int, int, int]]:
+    """(base offset, record count, codec id) of every batch in the partition's segment files."""
+    batches = []
+    for segment in sorted((broker.data_dir / f"{topic}-{partition}").glob("*.log")):
+        data = segment.read_bytes()
+        pos = 0
+        while pos + 61 <= len(data):
+            base_offset, length = struct.unpack_from(">qi", data, pos)
+            if length <= 0:
+                break  # preallocated tail
+            (attributes,) = struct.unpack_from(">h", data, pos + 21)
+            (count,) = struct.unpack_from(">i", data, pos + 57)
+            batches.append((base_offset, count, attributes & 0x07))
+            pos += 12 + length
+    return batches

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.broker_process import BrokerProcess
+from helpers.broker_process import BrokerProcess, stored_batches
 from helpers.clients import produce_all, producer
 
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -37,23 +36,6 @@ def kcat_run(kcat: str, bootstrap: str, args: Sequence[str], stdin: bytes = b"",
 def kcat_consume(kcat: str, bootstrap: str, topic: str, extra: Sequence[str] = ()) -> list[dict[str, object]]:
     out = kcat_run(kcat, bootstrap, ["-C", "-t", topic, "-o", "beginning", "-e", "-J", *extra])
     return [json.loads(line) for line in out.decode().splitlines() if line.strip()]
-
-
-def stored_batches(broker: BrokerProcess, topic: str, partition: int = 0) -> list[tuple[int, int, int]]:
-    """(base offset, record count, codec id) of every batch in the partition's segment files."""
-    batches = []
-    for segment in sorted((broker.data_dir / f"{topic}-{partition}").glob("*.log")):
-        data = segment.read_bytes()
-        pos = 0
-        while pos + 61 <= len(data):
-            base_offset, length = struct.unpack_from(">qi", data, pos)
-            if length <= 0:
-                break  # preallocated tail
-            (attributes,) = struct.unpack_from(">h", data, pos + 21)
-            (count,) = struct.unpack_from(">i", data, pos + 57)
-            batches.append((base_offset, count, attributes & 0x07))
-            pos += 12 + length
-    return batches
 
 
 def test_metadata_lists_the_broker_and_the_topic_partitions(kcat: str, bootstrap: str,

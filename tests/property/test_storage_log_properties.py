@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -82,7 +83,7 @@ def apply(log: PartitionLog, model: Model, op: tuple[object, int, int], path: Pa
     elif kind == "delete_records":
         log.delete_records_before(min(a, log.high_watermark))
     elif kind == "retention":
-        log.config = LogConfig(**{**CONFIG.__dict__, "retention_bytes": a})
+        log.config = dataclasses.replace(CONFIG, retention_bytes=a)
         log.apply_retention(NOW)
         log.delete_expired_files(NOW)
         log.config = CONFIG

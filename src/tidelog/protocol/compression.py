@@ -3,8 +3,9 @@
 The codec is named by bits 0-2 of a batch's ``attributes``; only the records section (everything after
 the 61-byte header) is compressed, as one buffer.
 
-Formats on the wire, per codec, and what tidelog writes (it only compresses when the cleaner rebuilds a
-compressed batch, or for tests):
+Formats on the wire, per codec, and what tidelog writes (it compresses when a topic's
+``compression.type`` names a codec other than the producer's, when the cleaner rebuilds a compressed
+batch, and for the coordinators' own batches):
 
 - ``GZIP`` (1): a standard gzip stream (RFC 1952). Several concatenated members are accepted.
 - ``SNAPPY`` (2): two forms exist. The Java client (snappy-java's ``SnappyOutputStream``) and
@@ -61,20 +62,26 @@ class Compression(enum.IntEnum):
 _BY_ID: tuple[Compression, ...] = tuple(sorted(Compression, key=lambda c: c.value))
 
 
-def compress(codec: Compression, data: Buffer) -> bytes:
-    """Compress ``data`` the way the Java client would for ``codec``."""
+def compress(codec: Compression, data: Buffer, level: int | None = None) -> bytes:
+    """Compress ``data`` the way the Java client would for ``codec``.
+
+    ``level`` is Kafka's ``compression.<codec>.level`` (KIP-390): gzip -1 (zlib's default) or 1-9, lz4
+    1-17, zstd -131072..22; None means Kafka's default (gzip zlib's 6, lz4 9, zstd 3). snappy has no
+    level.
+    """
     if codec == Compression.NONE:
         return bytes(data)
     if codec == Compression.GZIP:
-        return bytes(cramjam.gzip.compress(data))
+        return bytes(cramjam.gzip.compress(data, level=None if level is None or level < 0 else level))
     if codec == Compression.SNAPPY:
         return _xerial_encode(data)
     if codec == Compression.LZ4:
-        compressor = cramjam.lz4.Compressor(block_linked=False, content_checksum=False)
+        compressor = cramjam.lz4.Compressor(level=9 if level is None else level, block_linked=False,
+                                            content_checksum=False)
         compressor.compress(data if isinstance(data, bytes) else bytes(data))
         return bytes(compressor.finish())
     if codec == Compression.ZSTD:
-        return bytes(cramjam.zstd.compress(data, level=3))
+        return bytes(cramjam.zstd.compress(data, level=3 if level is None else level))
     raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"compression codec {int(codec)}")
 
 

@@ -79,6 +79,7 @@ __all__ = [
     "decode_records",
     "iter_batches",
     "parse_control_record",
+    "recompress_batch",
     "scan_valid_prefix",
     "set_base_offset",
     "set_log_append_time",
@@ -385,7 +386,11 @@ def _records_section(batch: Buffer, header: BatchHeader) -> Buffer:
 def decode_records(batch: Buffer) -> list[Record]:
     """Decode every record of one batch (``batch`` starts at its header), decompressing as needed."""
     header = BatchHeader.parse(batch)
-    body = _records_section(batch, header)
+    return _decode_section(_records_section(batch, header), header)
+
+
+def _decode_section(body: Buffer, header: BatchHeader) -> list[Record]:
+    """The records of an uncompressed records section; INVALID_RECORD when it does not parse."""
     base_offset = header.base_offset
     base_timestamp = header.base_timestamp
     log_append = header.attributes & _TIMESTAMP_TYPE_BIT
@@ -513,13 +518,42 @@ def build_batch(
         attributes |= _CONTROL_BIT
     if delete_horizon_ms is not None:
         attributes |= _DELETE_HORIZON_BIT
+    return _pack_batch(
+        BatchHeader(base_offset, 0, partition_leader_epoch, MAGIC, 0, attributes, last_offset_delta,
+                    base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, len(records)),
+        payload,
+    )
+
+
+def _pack_batch(header: BatchHeader, payload: bytes) -> bytes:
+    """One batch of ``header``'s fields around ``payload``; its length and CRC are computed here."""
     after_crc = struct.pack(
-        ">hiqqqhii", attributes, last_offset_delta, base_timestamp, max_timestamp,
-        producer_id, producer_epoch, base_sequence, len(records),
+        ">hiqqqhii", header.attributes, header.last_offset_delta, header.base_timestamp, header.max_timestamp,
+        header.producer_id, header.producer_epoch, header.base_sequence, header.records_count,
     ) + payload  # fmt: skip
     crc = crc32c.crc32c(after_crc)
     length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
-    return struct.pack(">qiibI", base_offset, length, partition_leader_epoch, MAGIC, crc) + after_crc
+    return struct.pack(">qiibI", header.base_offset, length, header.partition_leader_epoch, MAGIC, crc) + after_crc
+
+
+def recompress_batch(batch: Buffer, codec: Compression, level: int | None = None) -> bytes:
+    """``batch`` with its records section compressed by ``codec`` instead (a topic's compression.type).
+
+    Every other field and every record byte stays as it was: only the section's codec, the attributes'
+    codec bits, the length and the CRC change. The records are checked first, as Kafka's LogValidator
+    checks a compressed producer batch: they must parse, and their offset deltas must run 0, 1, 2...
+    (INVALID_RECORD otherwise); data that does not decompress is CORRUPT_MESSAGE.
+    """
+    header = BatchHeader.parse(batch)
+    plain = _records_section(batch, header)
+    records = _decode_section(plain, header)
+    base = header.base_offset
+    for expected, record in enumerate(records):
+        if record.offset - base != expected:
+            raise KafkaError(ErrorCode.INVALID_RECORD,
+                             f"record {expected} of the batch has offset delta {record.offset - base}")
+    payload = compress(codec, plain, level) if codec != Compression.NONE else bytes(plain)
+    return _pack_batch(header._replace(attributes=(header.attributes & ~0x07) | int(codec)), payload)
 
 
 def concat_batches(batches: Iterable[Buffer]) -> bytes:

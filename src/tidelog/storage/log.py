@@ -12,8 +12,10 @@ The log start offset and recovery point are not stored here but in the log dir's
 (the :class:`~tidelog.storage.manager.LogManager` writes them); they are passed to the constructor.
 
 Offsets: every batch appended by the leader gets offsets ``[log end offset, ...]`` by rewriting its
-base offset and partition leader epoch in a private copy of the request buffer; records are never
-decoded on this path. Reads return byte ranges of whole batches, as stored.
+base offset and partition leader epoch in a private copy of the request buffer; records are not
+decoded on this path, except where the topic's ``compression.type`` names a codec: a batch in
+another codec then has its records section decompressed, checked and compressed again
+(``recompress_batch``), as Kafka's LogValidator does. Reads return byte ranges of whole batches, as stored.
 
 Durability: the OS page cache holds appends until :meth:`PartitionLog.flush` fsyncs them (when
 ``flush.messages`` / ``flush.ms`` ask for it the append says ``needs_flush``; the caller runs the flush
@@ -48,6 +50,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tidelog.common.errors import ErrorCode, KafkaError, StorageError
+from tidelog.protocol.compression import Compression
 from tidelog.protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,
@@ -56,6 +59,7 @@ from tidelog.protocol.records import (
     decode_records,
     iter_batches,
     parse_control_record,
+    recompress_batch,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
@@ -407,6 +411,8 @@ class PartitionLog:
             raise KafkaError(ErrorCode.INVALID_RECORD, "no record batch in the request")
         for header, position in headers:
             self._validate_batch(buf, header, position, now_ms, from_client)
+        if self.config.target_compression is not None:
+            buf, headers = self._recompressed(buf, headers, self.config.target_compression)
         with self._lock:
             self._check_online()
             pending: dict[int, tuple[int, int]] = {}
@@ -423,6 +429,36 @@ class PartitionLog:
                 elif header.is_control and header.has_producer_id:
                     self.producers.check_marker_epoch(header.producer_id, header.producer_epoch)
             return self._assign_and_write(buf, headers, leader_epoch, now_ms)
+
+    def _recompressed(
+        self, buf: memoryview, headers: list[tuple[BatchHeader, int]], codec: Compression
+    ) -> tuple[memoryview, list[tuple[BatchHeader, int]]]:
+        """The batches with ``codec`` where the topic's compression.type names one (Kafka's LogValidator).
+
+        Batches already in ``codec`` and control batches (never compressed, as in Kafka) are kept as
+        they are; when every batch is, ``buf`` itself comes back (no copy). A rebuilt batch must still
+        fit max.message.bytes (MESSAGE_TOO_LARGE, as Kafka answers a batch that grew).
+        """
+        if all(h.is_control or h.compression is codec for h, _ in headers):
+            return buf, headers
+        level = self.config.compression_level
+        parts: list[Buffer] = []
+        for header, position in headers:
+            batch = buf[position : position + header.size]
+            parts.append(batch if header.is_control or header.compression is codec
+                         else recompress_batch(batch, codec, level))
+        rebuilt = memoryview(bytearray(b"".join(parts)))
+        if len(rebuilt) > self.config.segment_bytes:
+            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
+                             f"{len(rebuilt)} bytes once compressed by {codec.name} exceed segment.bytes "
+                             f"{self.config.segment_bytes}")
+        new_headers = list(iter_batches(rebuilt, validate=False))
+        for header, _ in new_headers:
+            if header.size > self.config.max_message_bytes:
+                raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
+                                 f"batch of {header.size} bytes once compressed by {codec.name} exceeds "
+                                 f"max.message.bytes {self.config.max_message_bytes}")
+        return rebuilt, new_headers
 
     def _validate_batch(self, buf: memoryview, header: BatchHeader, position: int, now_ms: int,
                         from_client: bool) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from tidelog.common.config import TOPIC_SETTINGS, Value
+from tidelog.protocol.compression import Compression
 
 _NEVER = 2**63 - 1
 
@@ -36,6 +38,13 @@ def _list(resolved: Mapping[str, Value], key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+# compression.type values that name a codec; "producer" keeps each batch as the producer sent it.
+_CODECS = {
+    "uncompressed": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
+    "lz4": Compression.LZ4, "zstd": Compression.ZSTD,
+}
+
+
 @dataclass(frozen=True)
 class LogConfig:
     """The settings a :class:`~tidelog.storage.log.PartitionLog` obeys (Kafka topic semantics).
@@ -63,6 +72,9 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = _NEVER
     compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
     extra: Mapping[str, Value] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -88,8 +100,28 @@ class LogConfig:
             min_compaction_lag_ms=_int(resolved, "min.compaction.lag.ms"),
             max_compaction_lag_ms=_int(resolved, "max.compaction.lag.ms"),
             compression_type=_str(resolved, "compression.type"),
+            compression_gzip_level=_int(resolved, "compression.gzip.level"),
+            compression_lz4_level=_int(resolved, "compression.lz4.level"),
+            compression_zstd_level=_int(resolved, "compression.zstd.level"),
             extra=dict(resolved),
         )
+
+    @cached_property
+    def target_compression(self) -> Compression | None:
+        """The codec every stored batch must have, or None for ``producer`` (keep the producer's)."""
+        return _CODECS.get(self.compression_type)
+
+    @cached_property
+    def compression_level(self) -> int | None:
+        """The ``compression.<codec>.level`` of :attr:`target_compression` (None: snappy, none)."""
+        codec = self.target_compression
+        if codec == Compression.GZIP:
+            return self.compression_gzip_level
+        if codec == Compression.LZ4:
+            return self.compression_lz4_level
+        if codec == Compression.ZSTD:
+            return self.compression_zstd_level
+        return None
 
     @property
     def compact(self) -> bool:

@@ -16,7 +16,9 @@ an action, a reason). Actions:
 ``records``
     record-batch bytes are decoded into batch headers and records (see ``decode_batches``) so that
     a difference names the batch field; the CRC is left out (it covers the producer id, which is a
-    token) and every batch's producer id is tokenised in the ``pid`` category.
+    token) and every batch's producer id is tokenised in the ``pid`` category. A compressed batch's
+    records are decompressed (by kafka-python, a third party) and its length is left out: two
+    compressor implementations need not write the same bytes.
 
 Lists of entities that carry a natural key (``name``, ``topic``, ``resource_name``, ``group_id``, ``api_key``,
 ``partition_index``, ``partition``, ``index``, ``member_id``) are turned into mappings keyed by it, written
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import re
 import struct
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -151,9 +154,26 @@ def decode_batches(data: bytes) -> list[dict[str, Any]]:
         }
         if attributes & 0x07 == 0:
             batch["records"] = _records(data[pos + _BATCH_HEADER.size : end], count)
+        else:
+            batch["batch_length"] = "<compressed>"
+            batch["records"] = _compressed_records(data[pos:end], base_offset, first_ts)
         batches.append(batch)
         pos = end
     return batches
+
+
+def _compressed_records(batch: bytes, base_offset: int, base_timestamp: int) -> list[dict[str, Any]]:
+    """The records of a compressed batch, in ``_records``'s form (record attributes are always 0)."""
+    with warnings.catch_warnings():  # kafka-python 3 imports importlib.resources' deprecated helpers
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.record.default_records import DefaultRecordBatch
+    return [
+        {
+            "attributes": 0, "timestamp_delta": r.timestamp - base_timestamp, "offset_delta": r.offset - base_offset,
+            "key": r.key, "value": r.value, "headers": [[k.encode(), v] for k, v in r.headers],
+        }
+        for r in DefaultRecordBatch(batch)
+    ]
 
 
 def _records(buf: bytes, count: int) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import random
 import struct
 import warnings
 
@@ -116,3 +117,32 @@ def test_unknown_codec_ids_are_unsupported_compression_type(attributes: int) -> 
 def test_codec_id_comes_from_the_low_three_bits() -> None:
     assert Compression.from_attributes(0x10 | 4) == Compression.ZSTD
     assert Compression.from_attributes(0x28) == Compression.NONE
+
+
+# Text that compresses, but differently at each level: seeded random words from a small vocabulary.
+_RNG = random.Random(7)
+_TEXT = b" ".join(b"%s-%d" % (_RNG.choice([b"alpha", b"beta", b"gamma", b"delta"]), _RNG.randrange(500))
+                  for _ in range(20_000))
+
+
+@pytest.mark.parametrize(
+    "codec,low,high,decode",
+    [
+        (Compression.GZIP, 1, 9, gzip.decompress),
+        (Compression.LZ4, 1, 17, lz4.frame.decompress),
+        (Compression.ZSTD, 1, 19, lambda data: zstandard.ZstdDecompressor().decompressobj().decompress(data)),
+    ],
+)
+def test_levels_are_applied_and_every_level_reads_back_in_the_clients_libraries(
+    codec: Compression, low: int, high: int, decode: object
+) -> None:
+    assert callable(decode)
+    fast, small = compress(codec, _TEXT, low), compress(codec, _TEXT, high)
+    assert len(small) < len(fast)
+    assert decode(fast) == decode(small) == _TEXT
+
+
+def test_gzip_level_minus_one_is_zlibs_default_and_none_is_kafkas_default() -> None:
+    assert compress(Compression.GZIP, _TEXT, -1) == compress(Compression.GZIP, _TEXT, 6)
+    assert compress(Compression.LZ4, _TEXT) == compress(Compression.LZ4, _TEXT, 9)
+    assert compress(Compression.ZSTD, _TEXT) == compress(Compression.ZSTD, _TEXT, 3)

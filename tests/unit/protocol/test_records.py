@@ -22,6 +22,7 @@ from tidelog.protocol.records import (
     decode_records,
     iter_batches,
     parse_control_record,
+    recompress_batch,
     scan_valid_prefix,
     set_base_offset,
     set_log_append_time,
@@ -299,3 +300,42 @@ def test_kafka_python_reads_our_batches(codec: Compression) -> None:
         (r.offset, r.timestamp, r.key, r.value) for r in original
     ]
     assert [list(r.headers) for r in theirs] == [list(r.headers) for r in original]
+
+
+# ------------------------------------------------------------------------ recompression (compression.type)
+
+
+@pytest.mark.parametrize("source", CODECS)
+@pytest.mark.parametrize("target", CODECS)
+def test_recompressed_batch_keeps_every_field_and_record_and_reads_in_kafka_python(
+    source: Compression, target: Compression
+) -> None:
+    original = _kafka_python_batch(int(source), 200, transactional=True)
+    rebuilt = recompress_batch(original, target)
+    [(before, _)] = list(iter_batches(original, from_producer=True))
+    [(after, _)] = list(iter_batches(rebuilt, from_producer=True))  # CRC and counts checked
+    assert after.compression == target
+    unchanged = ("base_offset", "partition_leader_epoch", "last_offset_delta", "base_timestamp", "max_timestamp",
+                 "producer_id", "producer_epoch", "base_sequence", "records_count")
+    assert [getattr(after, f) for f in unchanged] == [getattr(before, f) for f in unchanged]
+    assert after.attributes & ~0x07 == before.attributes & ~0x07  # transactional, timestamp type
+    assert decode_records(rebuilt) == decode_records(original)
+    theirs = DefaultRecordBatch(rebuilt)
+    assert theirs.validate_crc() and theirs.compression_type == int(target)
+    assert [(r.offset, r.key, r.value) for r in theirs] == [(r.offset, r.key, r.value) for r in decode_records(original)]
+
+
+def test_recompression_refuses_records_whose_offset_deltas_do_not_run_in_order() -> None:
+    gapped = build_batch([Record(0, 0, b"k", b"a"), Record(2, 0, b"k", b"b")], compression=Compression.GZIP,
+                         last_offset_delta=1)
+    with pytest.raises(KafkaError) as err:
+        recompress_batch(gapped, Compression.NONE)
+    assert err.value.code == ErrorCode.INVALID_RECORD
+
+
+def test_recompression_of_data_that_does_not_decompress_is_corrupt_message() -> None:
+    batch = bytearray(build_batch(records(50), compression=Compression.ZSTD))
+    batch[HEADER_SIZE + 4 : HEADER_SIZE + 12] = b"\xff" * 8
+    with pytest.raises(KafkaError) as err:
+        recompress_batch(batch, Compression.GZIP)
+    assert err.value.code == ErrorCode.CORRUPT_MESSAGE
