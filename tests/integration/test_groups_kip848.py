@@ -237,6 +237,7 @@ def test_default_protocol_consumers_still_use_classic_groups(broker: BrokerProce
 # ------------------------------------------------------------------------------------- on the wire
 
 FENCED_MEMBER_EPOCH, UNSUPPORTED_ASSIGNOR, INVALID_REQUEST, GROUP_ID_NOT_FOUND = 110, 112, 42, 69
+INVALID_REGULAR_EXPRESSION = 128
 
 
 def _heartbeat(version: int, group: str, member_id: str, epoch: int, topic: str | None, **fields: Any) -> Any:
@@ -259,10 +260,10 @@ def test_heartbeat_and_describe_versions_on_the_wire(broker: BrokerProcess) -> N
         assert (int(joined.error_code), joined.member_epoch) == (0, 1) and joined.member_id
         assert joined.heartbeat_interval == timedelta(milliseconds=250)
         assert sorted(p for tp in joined.assignment.topic_partitions for p in tp.partitions) == [0, 1, 2]
-        # v1: the client brings its member id; a regex or an unknown assignor is refused.
+        # v1: the client brings its member id; a regex that is not RE2 or an unknown assignor is refused.
         assert int(c.call(_heartbeat(1, group, "", 0, topic, subscribed_topic_regex=None)).error_code) == INVALID_REQUEST
-        regex = c.call(_heartbeat(1, group, "m-x", 0, None, subscribed_topic_regex="kip.*"))
-        assert int(regex.error_code) == INVALID_REQUEST and regex.error_message
+        regex = c.call(_heartbeat(1, group, "m-x", 0, None, subscribed_topic_regex="kip(.*"))
+        assert int(regex.error_code) == INVALID_REGULAR_EXPRESSION and "kip(.*" in regex.error_message
         assignor = c.call(_heartbeat(1, group, "m-x", 0, topic, subscribed_topic_regex=None, assignor="sticky"))
         assert int(assignor.error_code) == UNSUPPORTED_ASSIGNOR
         fenced = c.call(_heartbeat(1, group, joined.member_id, 5, None, subscribed_topic_regex=None))
@@ -308,3 +309,42 @@ def test_a_live_group_keeps_its_epoch_and_assignment_across_a_broker_restart(bro
     finally:
         for m in members:
             m.close()
+
+
+def test_a_regex_subscription_consumes_every_matching_topic_and_picks_up_new_ones(broker: BrokerProcess) -> None:
+    prefix = unique_topic("rx")
+    first, second = (create_topic(broker.bootstrap, f"{prefix}-{n}", 2) for n in ("a", "b"))
+    other = create_topic(broker.bootstrap, f"x{prefix}-c", 2)  # matches only if the match were partial
+    prod = producer(broker.bootstrap)
+    for name in (first, second, other):
+        produce_all(prod, name, [name.encode()] * 5)
+    group = new_group()
+    consumer = Consumer({
+        "bootstrap.servers": broker.bootstrap, "group.id": group, "group.protocol": "consumer",
+        "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100, "topic.metadata.refresh.interval.ms": 1000,
+        **FAST_CLIENT,
+    })
+    try:
+        consumer.subscribe([f"^{prefix}-.*"])
+        seen: dict[str, int] = {}
+
+        def read_until(expected: dict[str, int], timeout: float = 30.0) -> None:
+            deadline = time.monotonic() + timeout
+            while seen != expected and time.monotonic() < deadline:
+                message = consumer.poll(0.2)
+                if message is not None and message.error() is None:
+                    seen[message.topic()] = seen.get(message.topic(), 0) + 1
+            assert seen == expected
+
+        read_until({first: 5, second: 5})
+        with RawClient(broker.host, broker.port, timeout=15) as c:  # the broker resolved the regex: the client sent it
+            [described] = c.call(DescribeV1(group_ids=(GroupId(group),), include_authorized_operations=False)).groups
+            [member] = described.members
+            # librdkafka joins its subscription's regexes as "(r1)|(r2)..."
+            assert (member.subscribed_topic_regex, member.subscribed_topic_names) == (f"(^{prefix}-.*)", ())
+        third = create_topic(broker.bootstrap, f"{prefix}-c", 1)
+        produce_all(prod, third, [b"late"] * 3)
+        read_until({first: 5, second: 5, third: 3})
+        assert {tp.topic for tp in consumer.assignment()} == {first, second, third}
+    finally:
+        consumer.close()

@@ -45,8 +45,13 @@ its place until its session times out; a member joining with the same instance i
 (same assignment and epoch, no rebalance). An instance id still held by a member that did not leave
 is refused with UNRELEASED_INSTANCE_ID.
 
-Topic regexes (``SubscribedTopicRegex``) are not implemented: a heartbeat carrying a non-empty one is
-refused with INVALID_REQUEST (an empty one, which librdkafka sends, means no regex).
+Topic regexes (``SubscribedTopicRegex``, ``topic_regex.py``): a member subscribes to its topic names
+and to every non-internal topic whose whole name its regex matches (RE2 syntax, as Kafka's RE2/J).
+The regex is resolved against the cluster's topics on every heartbeat, so a topic created or deleted
+later changes the subscribed set, the metadata hash and so the group epoch at the next heartbeat. An
+empty regex clears it (librdkafka sends one when subscribing by name); null leaves it as it was. A
+regex that does not compile is INVALID_REGULAR_EXPRESSION. Unlike Kafka, the matches are not filtered
+by the member's DESCRIBE permission: with ACLs, a member can be assigned partitions it may not read.
 """
 
 from __future__ import annotations
@@ -79,6 +84,7 @@ from tidelog.coordinator.consumer_group_records import (
     target_member,
     target_metadata,
 )
+from tidelog.coordinator.topic_regex import InvalidTopicRegex, compile_topic_regex, topics_matching
 
 if TYPE_CHECKING:
     from tidelog.coordinator.state import CoordinatorState
@@ -184,6 +190,13 @@ class ConsumerMember:
     state: int = STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+
+    def subscribed(self, topics: Mapping[str, object]) -> set[str]:
+        """The topics this member subscribes to now: its names, and what its regex matches in ``topics``."""
+        names = set(self.subscribed_topic_names)
+        if self.subscribed_topic_regex:
+            names |= topics_matching(self.subscribed_topic_regex, topics)
+        return names
 
     def metadata(self) -> MemberMetadata:
         return MemberMetadata(self.instance_id, self.rack_id, self.client_id, self.client_host,
@@ -327,14 +340,17 @@ class ConsumerGroupManager:
         if req.instance_id == "":
             return ErrorCode.INVALID_REQUEST, "InstanceId can't be empty."
         if req.subscribed_topic_regex:  # an empty regex means none (librdkafka sends one)
-            return ErrorCode.INVALID_REQUEST, "SubscribedTopicRegex is not supported by this broker."
+            try:
+                compile_topic_regex(req.subscribed_topic_regex)
+            except InvalidTopicRegex as exc:
+                return ErrorCode.INVALID_REGULAR_EXPRESSION, str(exc)
         if req.member_epoch == JOIN_EPOCH:
             if req.rebalance_timeout_ms <= 0:
                 return ErrorCode.INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request."
             if req.owned:
                 return ErrorCode.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining."
-            if req.subscribed_topic_names is None:
-                return ErrorCode.INVALID_REQUEST, "SubscribedTopicNames must be set in first request."
+            if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
+                return ErrorCode.INVALID_REQUEST, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
             if not req.member_id and not req.generates_member_id:
                 return ErrorCode.INVALID_REQUEST, "MemberId can't be empty."
         elif req.member_epoch == STATIC_LEAVE_EPOCH:
@@ -434,20 +450,21 @@ class ConsumerGroupManager:
             req.client_id or new.client_id,
             req.client_host or new.client_host,
             tuple(sorted(set(req.subscribed_topic_names))) if req.subscribed_topic_names is not None else new.subscribed_topic_names,
-            None,
+            (req.subscribed_topic_regex or None) if req.subscribed_topic_regex is not None else new.subscribed_topic_regex,
             req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else new.rebalance_timeout_ms,
             req.server_assignor if req.server_assignor is not None else new.server_assignor,
         )
         joining = member.member_id not in group.members
         if joining or updated != new:
             call.add(member_metadata(group.group_id, member.member_id, updated))
-        bump = joining or (updated.subscribed_topic_names, updated.server_assignor) != (
-            new.subscribed_topic_names, new.server_assignor)
+        bump = joining or (updated.subscribed_topic_names, updated.subscribed_topic_regex, updated.server_assignor) != (
+            new.subscribed_topic_names, new.subscribed_topic_regex, new.server_assignor)
         self._maybe_bump(group, bump, call)
 
     def _maybe_bump(self, group: ConsumerGroup, bump: bool, call: _Call) -> None:
-        names = {n for m in group.members.values() for n in m.subscribed_topic_names}
-        new_hash = metadata_hash(self.topics(), names)
+        topics = self.topics()
+        names = {n for m in group.members.values() for n in m.subscribed(topics)}
+        new_hash = metadata_hash(topics, names)
         if bump or new_hash != group.metadata_hash:
             call.add(group_metadata(group.group_id, GroupMetadata(group.epoch + 1, new_hash)))
 
@@ -459,7 +476,7 @@ class ConsumerGroupManager:
         by_id = {topic_id: count for topic_id, count in topics.values()}
         subscriptions = {
             m.member_id: assignors.MemberSubscription(
-                frozenset(topics[n][0] for n in m.subscribed_topic_names if n in topics),
+                frozenset(topics[n][0] for n in m.subscribed(topics) if n in topics),
                 group.target.get(m.member_id, {}),
             )
             for m in group.members.values()

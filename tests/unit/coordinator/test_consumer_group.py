@@ -229,7 +229,8 @@ def test_unknown_members_and_groups_are_told_so() -> None:
 @pytest.mark.parametrize(
     "kwargs, error",
     [
-        ({"subscribed_topic_regex": "t.*"}, ErrorCode.INVALID_REQUEST),
+        ({"subscribed_topic_regex": "t(.*"}, ErrorCode.INVALID_REGULAR_EXPRESSION),
+        ({"subscribed_topic_regex": "(t)\\1"}, ErrorCode.INVALID_REGULAR_EXPRESSION),  # backreferences: not RE2
         ({"server_assignor": "sticky"}, ErrorCode.UNSUPPORTED_ASSIGNOR),
         ({"rebalance": 0}, ErrorCode.INVALID_REQUEST),
         ({"owned": owned({1})}, ErrorCode.INVALID_REQUEST),
@@ -380,6 +381,46 @@ def test_list_groups_shows_consumer_groups_with_their_type() -> None:
 def test_an_empty_regex_means_no_regex() -> None:
     h = KipHarness()
     assert h.hb("a", 0, subscribed_topic_regex="").error is ErrorCode.NONE
+
+
+V = uuid.UUID("00000000-0000-0000-0000-0000000000cc")
+
+
+def test_a_regex_subscribes_to_every_topic_it_matches_whole_and_follows_new_topics() -> None:
+    h = KipHarness(topics={"orders-eu": (T, 2), "orders-us": (U, 2), "xorders-eu": (V, 2),
+                           "__consumer_offsets": (uuid.uuid4(), 3)})
+    r = h.hb("a", 0, topics=(), subscribed_topic_regex="orders-.*")
+    assert r.error is ErrorCode.NONE
+    assert {(t, ps) for t, ps in r.assignment or ()} == {(T, (0, 1)), (U, (0, 1))}
+    assert h.group().members["a"].subscribed_topic_regex == "orders-.*"
+    epoch = h.group().epoch
+
+    w = uuid.UUID("00000000-0000-0000-0000-0000000000dd")
+    h.topics["orders-apac"] = (w, 1)  # created later: the next heartbeat picks it up
+    r = h.hb("a", r.member_epoch, owned=((T, (0, 1)), (U, (0, 1))))
+    assert h.group().epoch == epoch + 1
+    assert {(t, ps) for t, ps in r.assignment or ()} == {(T, (0, 1)), (U, (0, 1)), (w, (0,))}
+
+
+def test_a_regex_and_names_add_up_and_null_keeps_the_regex_while_empty_clears_it() -> None:
+    h = KipHarness(topics={"t": (T, 2), "logs-1": (U, 2)})
+    r = h.hb("a", 0, topics=("t",), subscribed_topic_regex="logs-[0-9]+")
+    assert {t for t, _ in r.assignment or ()} == {T, U}
+    r = h.hb("a", r.member_epoch, owned=((T, (0, 1)), (U, (0, 1))))  # regex null: unchanged
+    assert h.group().members["a"].subscribed_topic_regex == "logs-[0-9]+"
+    epoch = h.group().epoch
+    r = h.hb("a", r.member_epoch, owned=((T, (0, 1)), (U, (0, 1))), subscribed_topic_regex="")
+    assert h.group().members["a"].subscribed_topic_regex is None and h.group().epoch == epoch + 1
+    converge(h, {"a": r.member_epoch})
+    assert {t for t in h.group().members["a"].assigned} == {T}
+
+
+def test_a_regex_subscription_survives_a_coordinator_restart() -> None:
+    h = KipHarness(topics={"orders-eu": (T, 2), "other": (U, 2)})
+    h.hb("a", 0, topics=(), subscribed_topic_regex="orders-.*")
+    again = h.restart()
+    member = again.group().members["a"]
+    assert member.subscribed_topic_regex == "orders-.*" and set(member.assigned) == {T}
 
 
 def test_a_classic_member_cannot_join_a_consumer_group_with_members() -> None:

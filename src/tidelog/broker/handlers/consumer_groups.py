@@ -4,8 +4,8 @@ Each handler turns the request into the coordinator's values (``coordinator/cons
 asks the runtime (``broker/group_runtime.py``) and builds the response. Version differences:
 
 - ConsumerGroupHeartbeat v0 lets a joining member send an empty member id (the coordinator picks
-  one); from v1 the client generates it and an empty one is INVALID_REQUEST (KIP-1082). v1 adds
-  ``SubscribedTopicRegex``, which this broker refuses with INVALID_REQUEST.
+  one); from v1 the client generates it and an empty one is INVALID_REQUEST (KIP-1082).
+  ``SubscribedTopicRegex`` is resolved by the coordinator (``coordinator/topic_regex.py``).
 - ConsumerGroupDescribe v1 adds each member's type (1: consumer protocol).
 
 ACLs, as Kafka checks them: the heartbeat needs READ on the group and DESCRIBE on every subscribed
