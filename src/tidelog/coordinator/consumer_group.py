@@ -46,9 +46,10 @@ its place until its session times out; a member joining with the same instance i
 is refused with UNRELEASED_INSTANCE_ID.
 
 Topic regexes (``SubscribedTopicRegex``, ``topic_regex.py``): a member subscribes to its topic names
-and to every non-internal topic whose whole name its regex matches (RE2 syntax, as Kafka's RE2/J).
-The regex is resolved against the cluster's topics on every heartbeat, so a topic created or deleted
-later changes the subscribed set, the metadata hash and so the group epoch at the next heartbeat. An
+and to every topic whose whole name its regex matches (RE2 syntax, as Kafka's RE2/J). The regex is
+resolved against the cluster's topics at every heartbeat (each distinct regex once per change of the
+topic set: ``_regex_topics``), so a topic created or deleted later changes the subscribed set, the
+metadata hash and so the group epoch at the next heartbeat; Kafka resolves at most every 10 s. An
 empty regex clears it (librdkafka sends one when subscribing by name); null leaves it as it was. A
 regex that does not compile is INVALID_REGULAR_EXPRESSION. Unlike Kafka, the matches are not filtered
 by the member's DESCRIBE permission: with ACLs, a member can be assigned partitions it may not read.
@@ -191,13 +192,6 @@ class ConsumerMember:
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
 
-    def subscribed(self, topics: Mapping[str, object]) -> set[str]:
-        """The topics this member subscribes to now: its names, and what its regex matches in ``topics``."""
-        names = set(self.subscribed_topic_names)
-        if self.subscribed_topic_regex:
-            names |= topics_matching(self.subscribed_topic_regex, topics)
-        return names
-
     def metadata(self) -> MemberMetadata:
         return MemberMetadata(self.instance_id, self.rack_id, self.client_id, self.client_host,
                               self.subscribed_topic_names, self.subscribed_topic_regex,
@@ -327,10 +321,32 @@ class ConsumerGroupManager:
         self.state = state
         self.config = config or ConsumerGroupConfig()
         self.topics = topics
+        # regex -> (the topic names it was resolved against, the names it matched)
+        self._regex_cache: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
 
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
         return self.state.consumer_groups
+
+    # ------------------------------------------------------------------------------ subscriptions
+
+    def _subscribed(self, member: ConsumerMember, topics: Mapping[str, object]) -> set[str]:
+        """The topics ``member`` subscribes to now: its names, and what its regex matches in ``topics``."""
+        names = set(member.subscribed_topic_names)
+        if member.subscribed_topic_regex:
+            names |= self._regex_topics(member.subscribed_topic_regex, topics)
+        return names
+
+    def _regex_topics(self, regex: str, topics: Mapping[str, object]) -> frozenset[str]:
+        """What ``regex`` matches in ``topics``; matched again only when the set of topic names changed."""
+        cached = self._regex_cache.get(regex)
+        if cached is not None and cached[0] == topics.keys():
+            return cached[1]
+        if len(self._regex_cache) >= 1024:
+            self._regex_cache.clear()
+        matched = topics_matching(regex, topics)
+        self._regex_cache[regex] = (frozenset(topics), matched)
+        return matched
 
     # ------------------------------------------------------------------------------ validation
 
@@ -463,7 +479,7 @@ class ConsumerGroupManager:
 
     def _maybe_bump(self, group: ConsumerGroup, bump: bool, call: _Call) -> None:
         topics = self.topics()
-        names = {n for m in group.members.values() for n in m.subscribed(topics)}
+        names = {n for m in group.members.values() for n in self._subscribed(m, topics)}
         new_hash = metadata_hash(topics, names)
         if bump or new_hash != group.metadata_hash:
             call.add(group_metadata(group.group_id, GroupMetadata(group.epoch + 1, new_hash)))
@@ -476,7 +492,7 @@ class ConsumerGroupManager:
         by_id = {topic_id: count for topic_id, count in topics.values()}
         subscriptions = {
             m.member_id: assignors.MemberSubscription(
-                frozenset(topics[n][0] for n in m.subscribed(topics) if n in topics),
+                frozenset(topics[n][0] for n in self._subscribed(m, topics) if n in topics),
                 group.target.get(m.member_id, {}),
             )
             for m in group.members.values()

@@ -3,8 +3,7 @@
 Kafka compiles them with RE2/J and a topic is subscribed when the whole name matches. tidelog uses
 RE2 itself (google-re2): the same syntax, and matching in time linear in the name, so a pathological
 expression sent by a client cannot stall the coordinator the way a backtracking engine could.
-Internal topics (``__consumer_offsets``, ``__transaction_state``) are never matched, as Kafka's
-regex resolution leaves them out.
+Every topic is a candidate, internal ones included, as in Kafka's resolution.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ def compile_topic_regex(expression: str) -> TopicPattern:
         raise InvalidTopicRegex(f"SubscribedTopicRegex `{expression}` is not a valid regular expression: {detail}.") from None
 
 
-def topics_matching(expression: str, topics: Iterable[str]) -> set[str]:
-    """The non-internal names in ``topics`` that ``expression`` matches whole."""
+def topics_matching(expression: str, topics: Iterable[str]) -> frozenset[str]:
+    """The names in ``topics`` that ``expression`` matches whole."""
     pattern = compile_topic_regex(expression)
-    return {name for name in topics if not name.startswith("__") and pattern.fullmatch(name) is not None}
+    return frozenset(name for name in topics if pattern.fullmatch(name) is not None)

@@ -387,8 +387,7 @@ V = uuid.UUID("00000000-0000-0000-0000-0000000000cc")
 
 
 def test_a_regex_subscribes_to_every_topic_it_matches_whole_and_follows_new_topics() -> None:
-    h = KipHarness(topics={"orders-eu": (T, 2), "orders-us": (U, 2), "xorders-eu": (V, 2),
-                           "__consumer_offsets": (uuid.uuid4(), 3)})
+    h = KipHarness(topics={"orders-eu": (T, 2), "orders-us": (U, 2), "xorders-eu": (V, 2)})
     r = h.hb("a", 0, topics=(), subscribed_topic_regex="orders-.*")
     assert r.error is ErrorCode.NONE
     assert {(t, ps) for t, ps in r.assignment or ()} == {(T, (0, 1)), (U, (0, 1))}
@@ -400,6 +399,10 @@ def test_a_regex_subscribes_to_every_topic_it_matches_whole_and_follows_new_topi
     r = h.hb("a", r.member_epoch, owned=((T, (0, 1)), (U, (0, 1))))
     assert h.group().epoch == epoch + 1
     assert {(t, ps) for t, ps in r.assignment or ()} == {(T, (0, 1)), (U, (0, 1)), (w, (0,))}
+
+    del h.topics["orders-us"]  # deleted: it leaves the subscription
+    converge(h, {"a": r.member_epoch})
+    assert set(h.group().members["a"].assigned) == {T, w}
 
 
 def test_a_regex_and_names_add_up_and_null_keeps_the_regex_while_empty_clears_it() -> None:
