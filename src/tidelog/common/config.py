@@ -169,10 +169,10 @@ _TOPIC: list[Setting] = [
     Setting("segment.jitter.ms", Type.LONG, 0, "Random jitter subtracted from segment.ms.", _T, True, at_least(0), "log.roll.jitter.ms"),
     Setting("segment.ms", Type.LONG, 7 * _DAY_MS, "Age of the active segment after which a new one is rolled.", _T, True, at_least(1), "log.roll.ms"),
     Setting("unclean.leader.election.enable", Type.BOOLEAN, False, "Allow an out-of-sync replica to become leader.", _T, True, None, "unclean.leader.election.enable"),
-    # Accepted and reported like Kafka's; tidelog does not act on them yet (docs/status.md).
     Setting("compression.gzip.level", Type.INT, -1, "gzip level when the broker compresses a batch (compression.type=gzip).", _T, True, between(-1, 9), "compression.gzip.level"),
     Setting("compression.lz4.level", Type.INT, 9, "lz4 level when the broker compresses a batch (compression.type=lz4).", _T, True, between(1, 17), "compression.lz4.level"),
     Setting("compression.zstd.level", Type.INT, 3, "zstd level when the broker compresses a batch (compression.type=zstd).", _T, True, between(-131072, 22), "compression.zstd.level"),
+    # Accepted and reported like Kafka's; tidelog does not act on them yet (docs/status.md).
     Setting("leader.replication.throttled.replicas", Type.LIST, [], "Replicas throttled on the leader side (accepted, not applied).", _T, True),
     Setting("follower.replication.throttled.replicas", Type.LIST, [], "Replicas throttled on the follower side (accepted, not applied).", _T, True),
     Setting("remote.storage.enable", Type.BOOLEAN, False, "Tiered storage for the topic (not available; accepted when false).", _T, True),
