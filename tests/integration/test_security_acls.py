@@ -176,6 +176,25 @@ def test_alice_consumes_in_her_group(locked: tuple[BrokerProcess, dict[str, str]
     assert group_outcome(broker.bootstrap, "alice", topics["orders"], "app-group") is None
 
 
+def test_a_regex_subscription_gets_only_the_topics_its_member_may_describe(locked: tuple[BrokerProcess, dict[str, str]]) -> None:
+    broker, topics = locked
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "app-regex", "group.protocol": "consumer",
+                         "auto.offset.reset": "earliest", **FAST_CLIENT, **plain("alice")})
+    try:
+        consumer.subscribe(["^.*"])  # every topic matches; alice may describe the app-* ones only
+        deadline = time.monotonic() + 15
+        while {tp.topic for tp in consumer.assignment()} != {topics["orders"], topics["frozen"]}:
+            assert time.monotonic() < deadline, f"assigned {consumer.assignment()}"
+            consumer.poll(0.2)
+        # What the broker assigned (librdkafka's own view leaves out topics it cannot describe).
+        root = admin(broker.bootstrap)
+        described = root.describe_consumer_groups(["app-regex"])["app-regex"].result(10)
+        [member] = described.members
+        assert {tp.topic for tp in member.assignment.topic_partitions} == {topics["orders"], topics["frozen"]}
+    finally:
+        consumer.close()
+
+
 def test_acl_admin_needs_cluster_permission_and_deleting_a_deny_takes_effect(locked: tuple[BrokerProcess, dict[str, str]]) -> None:
     broker, topics = locked
     everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY)

@@ -51,8 +51,10 @@ resolved against the cluster's topics at every heartbeat (each distinct regex on
 topic set: ``_regex_topics``), so a topic created or deleted later changes the subscribed set, the
 metadata hash and so the group epoch at the next heartbeat; Kafka resolves at most every 10 s. An
 empty regex clears it (librdkafka sends one when subscribing by name); null leaves it as it was. A
-regex that does not compile is INVALID_REGULAR_EXPRESSION. Unlike Kafka, the matches are not filtered
-by the member's DESCRIBE permission: with ACLs, a member can be assigned partitions it may not read.
+regex that does not compile is INVALID_REGULAR_EXPRESSION. With ACLs, the matches are filtered by
+the DESCRIBE permission of the member whose heartbeat resolved them (``topic_visible``), and that
+filter is kept for resolutions no heartbeat brings (a session timing out): Kafka, too, resolves a
+group's regexes with the context of the member whose heartbeat asked for it.
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ UNREVOKED_PARTITIONS = 1
 UNRELEASED_PARTITIONS = 2
 
 Assignment = dict[uuid.UUID, frozenset[int]]
+TopicFilter = Callable[[str], bool]
 TopicsView = Callable[[], Mapping[str, tuple[uuid.UUID, int]]]
 """The cluster's topics now: name → (topic id, partition count)."""
 
@@ -138,6 +141,8 @@ class ConsumerGroupHeartbeat:
     client_id: str = ""
     client_host: str = ""
     generates_member_id: bool = True  # v0 clients may join with an empty member id: we pick one
+    # With ACLs: may this member DESCRIBE the topic? Regex matches it may not are left out.
+    topic_visible: TopicFilter | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,8 +326,8 @@ class ConsumerGroupManager:
         self.state = state
         self.config = config or ConsumerGroupConfig()
         self.topics = topics
-        # regex -> (the topic names it was resolved against, the names it matched)
-        self._regex_cache: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+        # (group, regex) -> (the topic names it was resolved against, the names it matched, the filter)
+        self._regexes: dict[tuple[str, str], tuple[frozenset[str], frozenset[str], TopicFilter | None]] = {}
 
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
@@ -330,23 +335,31 @@ class ConsumerGroupManager:
 
     # ------------------------------------------------------------------------------ subscriptions
 
-    def _subscribed(self, member: ConsumerMember, topics: Mapping[str, object]) -> set[str]:
+    def _subscribed(self, group: ConsumerGroup, member: ConsumerMember, topics: Mapping[str, object],
+                    visible: TopicFilter | None) -> set[str]:
         """The topics ``member`` subscribes to now: its names, and what its regex matches in ``topics``."""
         names = set(member.subscribed_topic_names)
         if member.subscribed_topic_regex:
-            names |= self._regex_topics(member.subscribed_topic_regex, topics)
+            names |= self._regex_topics(group.group_id, member.subscribed_topic_regex, topics, visible)
         return names
 
-    def _regex_topics(self, regex: str, topics: Mapping[str, object]) -> frozenset[str]:
-        """What ``regex`` matches in ``topics``; matched again only when the set of topic names changed."""
-        cached = self._regex_cache.get(regex)
+    def _regex_topics(self, group_id: str, regex: str, topics: Mapping[str, object],
+                      visible: TopicFilter | None) -> frozenset[str]:
+        """What ``regex`` matches in ``topics`` and ``visible`` lets through (when None, the last filter
+        a heartbeat gave for this group's regex). The regex is matched again only when the set of topic
+        names changed; the filter is asked each time, about the matches only."""
+        key = (group_id, regex)
+        cached = self._regexes.get(key)
         if cached is not None and cached[0] == topics.keys():
-            return cached[1]
-        if len(self._regex_cache) >= 1024:
-            self._regex_cache.clear()
-        matched = topics_matching(regex, topics)
-        self._regex_cache[regex] = (frozenset(topics), matched)
-        return matched
+            names, matched = cached[0], cached[1]
+        else:
+            names, matched = frozenset(topics), topics_matching(regex, topics)
+        if visible is None and cached is not None:
+            visible = cached[2]
+        if len(self._regexes) >= 4096 and key not in self._regexes:
+            self._regexes.clear()
+        self._regexes[key] = (names, matched, visible)
+        return matched if visible is None else frozenset(name for name in matched if visible(name))
 
     # ------------------------------------------------------------------------------ validation
 
@@ -440,7 +453,7 @@ class ConsumerGroupManager:
         before = (member.member_epoch, to_topic_partitions(member.assigned))
         self._update_member(group, member, req, call)
         member = group.members[member.member_id]  # a joining member exists once its record is applied
-        self._refresh_target(group, call)
+        self._refresh_target(group, call, req.topic_visible)
         self._reconcile(group, member, req.owned, call)
         self._schedule(group, member)
         changed = before != (member.member_epoch, to_topic_partitions(member.assigned))
@@ -475,16 +488,16 @@ class ConsumerGroupManager:
             call.add(member_metadata(group.group_id, member.member_id, updated))
         bump = joining or (updated.subscribed_topic_names, updated.subscribed_topic_regex, updated.server_assignor) != (
             new.subscribed_topic_names, new.subscribed_topic_regex, new.server_assignor)
-        self._maybe_bump(group, bump, call)
+        self._maybe_bump(group, bump, call, req.topic_visible)
 
-    def _maybe_bump(self, group: ConsumerGroup, bump: bool, call: _Call) -> None:
+    def _maybe_bump(self, group: ConsumerGroup, bump: bool, call: _Call, visible: TopicFilter | None = None) -> None:
         topics = self.topics()
-        names = {n for m in group.members.values() for n in self._subscribed(m, topics)}
+        names = {n for m in group.members.values() for n in self._subscribed(group, m, topics, visible)}
         new_hash = metadata_hash(topics, names)
         if bump or new_hash != group.metadata_hash:
             call.add(group_metadata(group.group_id, GroupMetadata(group.epoch + 1, new_hash)))
 
-    def _refresh_target(self, group: ConsumerGroup, call: _Call) -> None:
+    def _refresh_target(self, group: ConsumerGroup, call: _Call, visible: TopicFilter | None = None) -> None:
         """Compute the target assignment if the group epoch moved past it."""
         if group.assignment_epoch >= group.epoch:
             return
@@ -492,7 +505,7 @@ class ConsumerGroupManager:
         by_id = {topic_id: count for topic_id, count in topics.values()}
         subscriptions = {
             m.member_id: assignors.MemberSubscription(
-                frozenset(topics[n][0] for n in self._subscribed(m, topics) if n in topics),
+                frozenset(topics[n][0] for n in self._subscribed(group, m, topics, visible) if n in topics),
                 group.target.get(m.member_id, {}),
             )
             for m in group.members.values()

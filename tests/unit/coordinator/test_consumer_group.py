@@ -418,6 +418,25 @@ def test_a_regex_and_names_add_up_and_null_keeps_the_regex_while_empty_clears_it
     assert {t for t in h.group().members["a"].assigned} == {T}
 
 
+def test_regex_matches_the_member_may_not_describe_are_left_out_and_the_filter_outlives_the_heartbeat() -> None:
+    h = KipHarness(topics={"app-a": (T, 2), "app-b": (U, 2), "secret": (V, 2)})
+    allowed = {"app-a", "app-b"}
+
+    def visible(name: str) -> bool:
+        return name in allowed
+
+    r = h.hb("a", 0, topics=(), subscribed_topic_regex=".*", topic_visible=visible)
+    assert {t for t, _ in r.assignment or ()} == {T, U}
+    allowed.discard("app-b")  # an ACL removed: the next heartbeat drops the topic
+    r = h.hb("a", r.member_epoch, owned=((T, (0, 1)), (U, (0, 1))), topic_visible=visible)
+    converge(h, {"a": r.member_epoch})
+    assert set(h.group().members["a"].assigned) == {T}
+    # A heartbeat that brings no filter (as a timer's resolution) uses the last one given.
+    h.topics["secret-2"] = (uuid.uuid4(), 1)
+    h.hb("a", h.group().members["a"].member_epoch, owned=((T, (0, 1)),))
+    assert set(h.group().members["a"].assigned) == {T}
+
+
 def test_a_regex_subscription_survives_a_coordinator_restart() -> None:
     h = KipHarness(topics={"orders-eu": (T, 2), "other": (U, 2)})
     h.hb("a", 0, topics=(), subscribed_topic_regex="orders-.*")

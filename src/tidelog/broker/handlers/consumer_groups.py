@@ -5,7 +5,8 @@ asks the runtime (``broker/group_runtime.py``) and builds the response. Version 
 
 - ConsumerGroupHeartbeat v0 lets a joining member send an empty member id (the coordinator picks
   one); from v1 the client generates it and an empty one is INVALID_REQUEST (KIP-1082).
-  ``SubscribedTopicRegex`` is resolved by the coordinator (``coordinator/topic_regex.py``).
+  ``SubscribedTopicRegex`` is resolved by the coordinator (``coordinator/topic_regex.py``), which
+  leaves out the matched topics the member may not DESCRIBE.
 - ConsumerGroupDescribe v1 adds each member's type (1: consumer protocol).
 
 ACLs, as Kafka checks them: the heartbeat needs READ on the group and DESCRIBE on every subscribed
@@ -75,6 +76,9 @@ async def consumer_group_heartbeat(ctx: BrokerContext, conn: ConnectionInfo, hea
         client_id=conn.client_id or "",
         client_host="/" + conn.peer.rsplit(":", 1)[0],
         generates_member_id=header.api_version == 0,
+        # Regex matches are filtered by the member's DESCRIBE permission, quietly (as Metadata filters).
+        topic_visible=None if ctx.authorizer is None else (
+            lambda name: authorize(ctx, conn, Op.DESCRIBE, TOPIC, name, record=False)),
     )
     runtime = _runtime(ctx)
     if not authorize(ctx, conn, Op.READ, GROUP, request.group_id):
