@@ -660,6 +660,11 @@ class ConsumerGroupManager:
             return ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
 
+    def subscribed_topics(self, group: ConsumerGroup) -> set[str]:
+        """Every topic a member of ``group`` subscribes to now (names and regex matches)."""
+        topics = self.topics()
+        return {n for m in group.members.values() for n in self._subscribed(group, m, topics, None)}
+
     def tombstones(self, group: ConsumerGroup) -> list[ConsumerGroupRecord]:
         """Every record that deletes ``group`` (members first, the group metadata last)."""
         out = []

@@ -103,8 +103,8 @@ class GroupCoordinator:
         if new_id is not None:
             self.state.new_id = new_id
         self.classic = ClassicGroupManager(self.state)
-        self.offset_manager = OffsetManager(self.state, self.classic)
         self.consumer = ConsumerGroupManager(self.state, consumer_config)
+        self.offset_manager = OffsetManager(self.state, self.classic, self.consumer)
         if topics is not None:
             self.consumer.topics = topics
 

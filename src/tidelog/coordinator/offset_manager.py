@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from tidelog.common.errors import ErrorCode
 from tidelog.coordinator.classic import ClassicGroupManager
+from tidelog.coordinator.consumer_group import ConsumerGroup, ConsumerGroupManager
 from tidelog.coordinator.group import ClassicGroup, GroupState
 from tidelog.coordinator.messages import (
     FetchedOffset,
@@ -45,9 +46,10 @@ def _java_length(text: str) -> int:
 
 
 class OffsetManager:
-    def __init__(self, state: CoordinatorState, classic: ClassicGroupManager) -> None:
+    def __init__(self, state: CoordinatorState, classic: ClassicGroupManager, consumer: ConsumerGroupManager) -> None:
         self.state = state
         self.classic = classic
+        self.consumer = consumer
         # TxnOffsetCommit: offsets a producer sent inside its open transaction, keyed by producer id,
         # held until the transaction's marker (written as commits on COMMIT, dropped on ABORT).
         self.pending_txn: dict[int, dict[OffsetCommitKey, OffsetCommitValue]] = {}
@@ -249,6 +251,13 @@ class OffsetManager:
             records = by_partition.setdefault(partition, [])
             if self._expire_offsets(group, records) and group.is_empty:
                 records.append(GroupMetadataRecord(GroupMetadataKey(group_id), None))
+        for group_id, consumer_group in list(self.state.consumer_groups.items()):
+            partition = self.state.partition_of(group_id)
+            if partition not in self.state.active:
+                continue
+            records = by_partition.setdefault(partition, [])
+            if self._expire_consumer_group_offsets(consumer_group, records) and not consumer_group.members:
+                records.extend(self.consumer.tombstones(consumer_group))
         count = 0
         for partition, records in by_partition.items():
             if records:
@@ -268,6 +277,25 @@ class OffsetManager:
             if not gone and base is not None and not group.is_subscribed_to(topic):
                 retention = self.state.config.offsets_retention_ms
                 gone = committed.is_expired(base(committed.commit_timestamp), self.state.now, retention)
+            if gone:
+                records.append(OffsetCommitRecord(OffsetCommitKey(group.group_id, topic, partition), None))
+            else:
+                all_gone = False
+        return all_gone
+
+    def _expire_consumer_group_offsets(self, group: ConsumerGroup, records: list[CoordinatorRecord]) -> bool:
+        """Kafka's rule for KIP-848 groups: an offset of a topic no member subscribes to expires
+        ``offsets.retention.minutes`` after its commit (or at its explicit expiry); the subscribed
+        topics' offsets stay. True when the group has none left."""
+        held = self.state.offsets.of_group(group.group_id)
+        if not held:
+            return True
+        subscribed = self.consumer.subscribed_topics(group)
+        retention = self.state.config.offsets_retention_ms
+        all_gone = True
+        for (topic, partition), committed in held.items():
+            gone = not self.state.partition_exists(topic, partition) or (
+                topic not in subscribed and committed.is_expired(committed.commit_timestamp, self.state.now, retention))
             if gone:
                 records.append(OffsetCommitRecord(OffsetCommitKey(group.group_id, topic, partition), None))
             else:

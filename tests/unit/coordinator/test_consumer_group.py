@@ -505,3 +505,41 @@ def test_consumer_group_describe_finds_only_consumer_groups() -> None:
         ("", ErrorCode.INVALID_GROUP_ID),
     ]
     assert answers[0][2] is h.group()
+
+
+WEEK_MS = 7 * 24 * 3_600_000  # offsets.retention.minutes' default
+
+
+def test_offsets_of_topics_no_member_subscribes_to_expire_and_an_empty_group_goes_with_its_last() -> None:
+    h = KipHarness(topics={"t": (T, 6), "u": (U, 2)})
+    h.hb("a", 0)  # subscribes to t only
+    committed_at = h.now
+    h.coord.commit_offsets(OffsetCommit("g", 1, "a", None, (
+        ("t", (CommitPartition(0, 5),)), ("u", (CommitPartition(0, 9),)))), h.now)
+    h.pump()
+    assert h.coord.cleanup(committed_at + WEEK_MS - 1) == 0
+    assert h.coord.cleanup(committed_at + WEEK_MS) == 1  # u's: nobody subscribes to it
+    h.pump()
+    fetched = h.coord.fetch_offsets("g", [("t", [0]), ("u", [0])], h.now).topics
+    assert [(topic, parts[0].offset) for topic, parts in fetched] == [("t", 5), ("u", -1)]
+    assert h.coord.cleanup(committed_at + 3 * WEEK_MS) == 0  # t's stays while a member subscribes to it
+
+    h.hb("a", -1)  # the last member leaves: nothing is subscribed any more
+    assert h.coord.cleanup(committed_at + 3 * WEEK_MS) > 1  # t's offset, then the group itself
+    h.pump()
+    assert "g" not in h.coord.state.consumer_groups
+    again = h.restart()
+    assert "g" not in again.coord.state.consumer_groups
+    assert again.coord.fetch_offsets("g", [("t", [0])], again.now).topics[0][1][0].offset == -1
+
+
+def test_regex_subscribed_topics_keep_their_offsets() -> None:
+    h = KipHarness(topics={"logs-1": (T, 1), "other": (U, 1)})
+    h.hb("a", 0, topics=(), subscribed_topic_regex="logs-.*")
+    h.coord.commit_offsets(OffsetCommit("g", 1, "a", None, (
+        ("logs-1", (CommitPartition(0, 3),)), ("other", (CommitPartition(0, 4),)))), h.now)
+    h.pump()
+    assert h.coord.cleanup(h.now + WEEK_MS) == 1
+    h.pump()
+    fetched = h.coord.fetch_offsets("g", [("logs-1", [0]), ("other", [0])], h.now).topics
+    assert [(topic, parts[0].offset) for topic, parts in fetched] == [("logs-1", 3), ("other", -1)]
