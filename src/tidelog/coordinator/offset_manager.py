@@ -1,5 +1,5 @@
 """Offset APIs and expiry: OffsetCommit, OffsetFetch, OffsetDelete, and the retention pass
-(Kafka's ``OffsetMetadataManager``).
+(Kafka's ``OffsetMetadataManager``), for classic and KIP-848 groups.
 
 Every change is a record: a commit writes one OffsetCommit record per partition, OffsetDelete and
 expiry write tombstones. The store (``offsets.OffsetStore``) changes when those records are
