@@ -166,7 +166,7 @@ _TOPIC: list[Setting] = [
     Setting("retention.ms", Type.LONG, 7 * _DAY_MS, "Age after which segments go (-1: forever).", _T, True, at_least(-1), "log.retention.ms"),
     Setting("segment.bytes", Type.INT, 1073741824, "Size of a segment file before a new one is rolled.", _T, True, at_least(14), "log.segment.bytes"),
     Setting("segment.index.bytes", Type.INT, 10485760, "Size of a segment's offset index.", _T, True, at_least(8), "log.index.size.max.bytes"),
-    Setting("segment.jitter.ms", Type.LONG, 0, "Random jitter subtracted from segment.ms.", _T, True, at_least(0), "log.roll.jitter.ms"),
+    Setting("segment.jitter.ms", Type.LONG, 0, "Up to this much, drawn per segment, is taken off segment.ms (segments created together roll apart).", _T, True, at_least(0), "log.roll.jitter.ms"),
     Setting("segment.ms", Type.LONG, 7 * _DAY_MS, "Age of the active segment after which a new one is rolled.", _T, True, at_least(1), "log.roll.ms"),
     Setting("unclean.leader.election.enable", Type.BOOLEAN, False, "Allow an out-of-sync replica to become leader.", _T, True, None, "unclean.leader.election.enable"),
     Setting("compression.gzip.level", Type.INT, -1, "gzip level when the broker compresses a batch (compression.type=gzip).", _T, True, between(-1, 9), "compression.gzip.level"),

@@ -617,9 +617,11 @@ class PartitionLog:
         seg = self.active_segment
         if seg.size == 0:
             return
+        if seg.roll_jitter_ms < 0:
+            seg.roll_jitter_ms = self.config.random_segment_jitter()
         if (seg.size + size > self.config.segment_bytes
                 or seg.index_full
-                or seg.roll_due(now_ms, max_timestamp, self.config.segment_ms)
+                or seg.roll_due(now_ms, max_timestamp, self.config.segment_ms - seg.roll_jitter_ms)
                 or self.log_end_offset + offsets - seg.base_offset > _MAX_RELATIVE_OFFSET):
             self.roll(now_ms=now_ms)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -55,6 +56,7 @@ class LogConfig:
 
     segment_bytes: int = 1_073_741_824
     segment_ms: int = 7 * 24 * 3_600_000
+    segment_jitter_ms: int = 0
     segment_index_bytes: int = 10_485_760
     index_interval_bytes: int = 4096
     retention_ms: int = 7 * 24 * 3_600_000
@@ -83,6 +85,7 @@ class LogConfig:
         return cls(
             segment_bytes=_int(resolved, "segment.bytes"),
             segment_ms=_int(resolved, "segment.ms"),
+            segment_jitter_ms=_int(resolved, "segment.jitter.ms"),
             segment_index_bytes=_int(resolved, "segment.index.bytes"),
             index_interval_bytes=_int(resolved, "index.interval.bytes"),
             retention_ms=_int(resolved, "retention.ms"),
@@ -105,6 +108,14 @@ class LogConfig:
             compression_zstd_level=_int(resolved, "compression.zstd.level"),
             extra=dict(resolved),
         )
+
+    def random_segment_jitter(self) -> int:
+        """A segment's roll jitter, drawn once per segment: uniform in [0, min(segment.jitter.ms,
+        segment.ms)), so that segments created together do not all roll at the same moment (Kafka's
+        ``LogConfig.randomSegmentJitter``)."""
+        if self.segment_jitter_ms <= 0:
+            return 0
+        return random.randrange(min(self.segment_jitter_ms, self.segment_ms))
 
     @cached_property
     def target_compression(self) -> Compression | None:

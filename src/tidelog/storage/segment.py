@@ -88,6 +88,7 @@ class LogSegment:
         self.max_timestamp_offset = base_offset
         self.first_batch_timestamp = -1
         self.created_ms = now_ms
+        self.roll_jitter_ms = -1  # segment.jitter.ms drawn for this segment; -1 until the log draws it
         self.bytes_since_index = 0
         # The batches from the last offset-index entry to the end: base and last offsets, positions
         # (see the module docstring).

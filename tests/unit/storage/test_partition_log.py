@@ -15,6 +15,7 @@ from tidelog.protocol.records import (
     decode_records,
     iter_batches,
 )
+from tidelog.storage import log_config as log_config_module
 from tidelog.storage import segment as segment_module
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.log_config import LogConfig
@@ -231,6 +232,34 @@ def test_rolls_on_segment_ms_and_full_index(open_log: LogFactory) -> None:
         small.append_as_leader(make_batch(1), leader_epoch=0, now_ms=NOW)
     assert len(small.segments) >= 2
     assert all(len(s.offset_index) <= 2 for s in small.segments)
+
+
+def test_segment_jitter_ms_rolls_each_segment_up_to_that_much_earlier(open_log: LogFactory,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    draws = iter([600, 0])  # the first segment draws 600 ms of jitter, the second none
+
+    def draw(bound: int) -> int:
+        assert bound == 1000  # min(segment.jitter.ms, segment.ms)
+        return next(draws)
+
+    monkeypatch.setattr(log_config_module.random, "randrange", draw)
+    log = open_log(LogConfig(segment_ms=1000, segment_jitter_ms=5000))  # the jitter is capped at segment.ms
+    log.append_as_leader(make_batch(1, ts=NOW), leader_epoch=0, now_ms=NOW)
+    log.append_as_leader(make_batch(1, ts=NOW + 400), leader_epoch=0, now_ms=NOW)
+    assert len(log.segments) == 1
+    log.append_as_leader(make_batch(1, ts=NOW + 401), leader_epoch=0, now_ms=NOW)  # past 1000 - 600
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    log.append_as_leader(make_batch(1, ts=NOW + 1401), leader_epoch=0, now_ms=NOW)
+    assert len(log.segments) == 2  # no jitter on this one: 1000 ms after its first batch
+    log.append_as_leader(make_batch(1, ts=NOW + 1402), leader_epoch=0, now_ms=NOW)
+    assert [s.base_offset for s in log.segments] == [0, 2, 4]
+
+
+def test_segment_jitter_draws_spread_below_segment_ms() -> None:
+    config = LogConfig(segment_ms=100, segment_jitter_ms=60)
+    draws = {config.random_segment_jitter() for _ in range(2000)}
+    assert draws <= set(range(60)) and len(draws) > 50
+    assert LogConfig(segment_ms=100).random_segment_jitter() == 0
 
 
 def test_records_stamped_long_ago_do_not_roll_a_segment_per_append(open_log: LogFactory) -> None:
