@@ -22,6 +22,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.helpers import create_ssl_context
 from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     ScramCredentialInfo,
@@ -46,6 +47,7 @@ from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as SaslHan
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from helpers.broker_process import BrokerProcess, free_port, register_failure_report
+from helpers.cli_runner import run_cli
 from helpers.clients import (
     FAST_CLIENT,
     admin_client,
@@ -143,6 +145,37 @@ def test_confluent_kafka_produces_and_consumes_in_a_group(sasl: SaslBroker, list
         group.commit(asynchronous=False)
     finally:
         group.close()
+
+
+@pytest.mark.parametrize(
+    ("listener", "mechanism"),
+    [("SASL_SSL", "SCRAM-SHA-512"), ("SASL_PLAINTEXT", "PLAIN"), ("SASL_PLAINTEXT", "SCRAM-SHA-256")],
+)
+def test_the_clis_own_protocol_requests_authenticate(sasl: SaslBroker, capsys: pytest.CaptureFixture[str],
+                                                     listener: str, mechanism: str) -> None:
+    # delete-offsets and transactions list/describe speak the protocol themselves (cli/wire.py).
+    topic = create_topic(sasl.broker.bootstrap, unique_topic("cli"))
+    group = unique_topic("g")
+    committer = Consumer({"bootstrap.servers": sasl.broker.bootstrap, "group.id": group, **FAST_CLIENT})
+    committer.commit(offsets=[CkTopicPartition(topic, 0, 1)], asynchronous=False)
+    committer.close()
+    options = ["-b", sasl.bootstrap(listener)]
+    for key, value in sasl.client_config(listener, mechanism).items():
+        options += ["-X", f"{key}={value}"]
+    listed = run_cli(capsys, "transactions", "list", "--json", *options)
+    assert listed.code == 0 and listed.json() == [], listed.err
+    described = run_cli(capsys, "transactions", "describe", "nobody", "--json", *options)
+    assert described.json()[0]["transactional_id"] == "nobody", described.err
+    deleted = run_cli(capsys, "groups", "delete-offsets", "--group", group, "--topic", f"{topic}:0", "--json", *options)
+    assert deleted.code == 0 and deleted.json() == [{"group": group, "topic": topic, "partition": 0, "error": None}], deleted.err
+
+
+def test_the_clis_own_protocol_requests_report_a_wrong_password(sasl: SaslBroker, capsys: pytest.CaptureFixture[str]) -> None:
+    options = ["-b", sasl.bootstrap("SASL_SSL"), "--timeout", "5"]
+    for key, value in sasl.client_config("SASL_SSL", "SCRAM-SHA-256", password="wrong").items():
+        options += ["-X", f"{key}={value}"]
+    refused = run_cli(capsys, "transactions", "list", *options)
+    assert refused.code != 0 and "authentication as 'sam' failed" in refused.err
 
 
 def test_admin_calls_over_sasl_ssl(sasl: SaslBroker) -> None:

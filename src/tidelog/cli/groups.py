@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import io
 import re
-import socket
-import struct
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -53,6 +51,7 @@ from tidelog.cli.common import (
     kafka_error_text,
     result,
 )
+from tidelog.cli.wire import Wire
 from tidelog.common.errors import ErrorCode
 
 TP = tuple[str, int]
@@ -579,47 +578,21 @@ def _reset(args: argparse.Namespace) -> int:
 
 
 # librdkafka has no OffsetDelete, so this one command speaks the protocol itself (kio's message classes):
-# FindCoordinator v1 on a bootstrap broker, then OffsetDelete v0 on the coordinator. Plain TCP only.
+# FindCoordinator v1 on a bootstrap broker, then OffsetDelete v0 on the coordinator, over the
+# listener's security protocol (cli/wire.py).
 
 
-def _kafka_call(address: tuple[str, int], request: Any, response_type: type[T], timeout: float) -> T:
+def _kafka_call(wire: Wire, address: tuple[str, int], request: Any, response_type: type[T]) -> T:
     """One request on a fresh connection; the decoded response."""
     buffer = io.BytesIO()
     header = RequestHeader(request_api_key=request.__api_key__, request_api_version=request.__version__,
                            correlation_id=i32(1), client_id="tidelog-cli")
     entity_writer(RequestHeader)(buffer, header)
     entity_writer(type(request))(buffer, request)
-    payload = buffer.getvalue()
-    with socket.create_connection(address, timeout=timeout) as sock:
-        sock.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", _recv_exactly(sock, 4))[0]
-        frame = _recv_exactly(sock, size)
+    frame = wire.call(address, buffer.getvalue())
     _header, offset = entity_reader(ResponseHeader)(frame, 0)
     body, _size = entity_reader(response_type)(frame, offset)
     return body
-
-
-def _recv_exactly(sock: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        data += chunk
-    return bytes(data)
-
-
-def _bootstrap_address(args: argparse.Namespace) -> tuple[str, int]:
-    config = client_config(args)
-    protocol = str(config.get("security.protocol", "plaintext")).lower()
-    if protocol != "plaintext":
-        raise CliError(f"delete-offsets talks to the group coordinator directly (librdkafka has no OffsetDelete) and "
-                       f"supports only PLAINTEXT listeners, not {protocol.upper()}", 2)
-    first = str(config["bootstrap.servers"]).split(",")[0].strip().removeprefix("PLAINTEXT://")
-    host, _sep, port = first.rpartition(":")
-    if not host or not port.isdigit():
-        raise CliError(f"bootstrap server {first!r} is not HOST:PORT", 2)
-    return host.strip("[]"), int(port)
 
 
 _ERROR_NAMES = {int(e.value): e.name for e in ErrorCode}
@@ -637,20 +610,17 @@ def _delete_offsets(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise CliError(str(exc), 2) from None
         wanted[topic] = partitions
-    address = _bootstrap_address(args)
+    wire = Wire(client_config(args), args.timeout)
     admin = _admin(args)
     chosen = {topic: parts if parts is not None else _topic_partitions(admin, args, topic) for topic, parts in wanted.items()}
-    try:
-        found = _kafka_call(address, FindCoordinatorRequest(key=args.group, key_type=i8(0)), FindCoordinatorResponse, args.timeout)
-        if found.error_code != 0:
-            raise CliError(f"no coordinator for group {args.group}: {_error_name(found.error_code)}")
-        request = OffsetDeleteRequest(group_id=GroupId(args.group), topics=tuple(
-            OffsetDeleteRequestTopic(name=TopicName(topic), partitions=tuple(
-                OffsetDeleteRequestPartition(partition_index=i32(p)) for p in parts))
-            for topic, parts in chosen.items()))
-        answer = _kafka_call((found.host, int(found.port)), request, OffsetDeleteResponse, args.timeout)
-    except OSError as exc:
-        raise CliError(f"cannot reach the cluster at {address[0]}:{address[1]}: {exc}") from None
+    found = _kafka_call(wire, wire.bootstrap, FindCoordinatorRequest(key=args.group, key_type=i8(0)), FindCoordinatorResponse)
+    if found.error_code != 0:
+        raise CliError(f"no coordinator for group {args.group}: {_error_name(found.error_code)}")
+    request = OffsetDeleteRequest(group_id=GroupId(args.group), topics=tuple(
+        OffsetDeleteRequestTopic(name=TopicName(topic), partitions=tuple(
+            OffsetDeleteRequestPartition(partition_index=i32(p)) for p in parts))
+        for topic, parts in chosen.items()))
+    answer = _kafka_call(wire, (found.host, int(found.port)), request, OffsetDeleteResponse)
     if answer.error_code != 0:
         raise CliError(f"could not delete offsets of group {args.group}: {_error_name(answer.error_code)}")
     rows = [{"group": args.group, "topic": str(t.name), "partition": int(p.partition_index),

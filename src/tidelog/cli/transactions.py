@@ -2,7 +2,8 @@
 ``kafka-transactions.sh``.
 
 confluent-kafka 2.16's AdminClient has no ListTransactions or DescribeTransactions, so ``list`` and
-``describe`` speak the protocol themselves over plain TCP (kio's message classes): ListTransactions v1
+``describe`` speak the protocol themselves (kio's message classes; ``cli/wire.py`` carries them over
+the listener's security protocol): ListTransactions v1
 to every broker in the metadata, FindCoordinator (key type 1) then DescribeTransactions v0 to the
 coordinator of each id. DescribeTransactions answers are decoded here, not by kio, because an id with
 no open transaction has start time -1, which kio refuses to decode.
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import io
-import socket
 import struct
 from typing import Any
 
@@ -40,6 +40,7 @@ from tidelog.cli.common import (
     command_adder,
     kafka_error_text,
 )
+from tidelog.cli.wire import Wire
 from tidelog.common.errors import ErrorCode
 
 DESCRIBE_TRANSACTIONS = 65
@@ -80,14 +81,8 @@ def add_parser(sub: Any) -> None:
 # ------------------------------------------------------------------------------------ the wire
 
 
-def _address(text: str) -> tuple[str, int]:
-    host, _sep, port = text.strip().removeprefix("PLAINTEXT://").rpartition(":")
-    if not host or not port.isdigit():
-        raise CliError(f"bootstrap server {text!r} is not HOST:PORT", 2)
-    return host.strip("[]"), int(port)
-
-
-def _call(address: tuple[str, int], request: Any, timeout: float, api_key: int | None = None, version: int | None = None) -> bytes:
+def _call(wire: Wire, address: tuple[str, int], request: Any, api_key: int | None = None,
+          version: int | None = None) -> bytes:
     """Send one request (header v2: every API used here is flexible); the response frame."""
     buffer = io.BytesIO()
     header = RequestHeader(request_api_key=i16(api_key if api_key is not None else request.__api_key__),
@@ -98,24 +93,7 @@ def _call(address: tuple[str, int], request: Any, timeout: float, api_key: int |
         buffer.write(request)
     else:
         entity_writer(type(request))(buffer, request)
-    payload = buffer.getvalue()
-    try:
-        with socket.create_connection(address, timeout=timeout) as sock:
-            sock.sendall(struct.pack(">i", len(payload)) + payload)
-            frame = _recv(sock, struct.unpack(">i", _recv(sock, 4))[0])
-    except OSError as exc:
-        raise CliError(f"cannot talk to {address[0]}:{address[1]}: {exc}") from None
-    return frame
-
-
-def _recv(sock: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise OSError("the broker closed the connection")
-        data += chunk
-    return bytes(data)
+    return wire.call(address, buffer.getvalue())
 
 
 def _body(frame: bytes) -> int:
@@ -203,18 +181,16 @@ def _uvarint(n: int) -> bytes:
 # ----------------------------------------------------------------------------------- commands
 
 
-def _bootstrap(args: argparse.Namespace) -> tuple[str, int]:
-    config = client_config(args)
-    if str(config.get("security.protocol", "plaintext")).lower() != "plaintext":
-        raise CliError("transactions list/describe speak the protocol over plain TCP only", 2)
-    return _address(str(config["bootstrap.servers"]).split(",")[0])
+def _wire(args: argparse.Namespace) -> Wire:
+    return Wire(client_config(args), args.timeout)
 
 
 def _list(args: argparse.Namespace) -> int:
     request = ListTransactionsRequest(state_filters=tuple(args.state),
                                       producer_id_filters=tuple(ProducerId(p) for p in args.producer_id),
                                       duration_filter=i64(args.min_duration_ms))
-    frame = _call(_bootstrap(args), request, args.timeout)
+    wire = _wire(args)
+    frame = _call(wire, wire.bootstrap, request)
     response, _ = entity_reader(ListTransactionsResponse)(frame, _body(frame))
     out = Output(args.json)
     if int(response.error_code):
@@ -229,8 +205,8 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _coordinator(args: argparse.Namespace, txn_id: str) -> tuple[str, int]:
-    frame = _call(_bootstrap(args), FindCoordinatorRequest(key=txn_id, key_type=i8(1)), args.timeout)
+def _coordinator(wire: Wire, txn_id: str) -> tuple[str, int]:
+    frame = _call(wire, wire.bootstrap, FindCoordinatorRequest(key=txn_id, key_type=i8(1)))
     found, _ = entity_reader(FindCoordinatorResponse)(frame, _body(frame))
     if int(found.error_code):
         raise CliError(f"no coordinator for {txn_id}: {_NAMES.get(int(found.error_code))}")
@@ -239,8 +215,9 @@ def _coordinator(args: argparse.Namespace, txn_id: str) -> tuple[str, int]:
 
 def _describe(args: argparse.Namespace) -> int:
     described = []
+    wire = _wire(args)
     for txn_id in args.transactional_ids:
-        frame = _call(_coordinator(args, txn_id), describe_request([txn_id]), args.timeout,
+        frame = _call(wire, _coordinator(wire, txn_id), describe_request([txn_id]),
                       api_key=DESCRIBE_TRANSACTIONS, version=0)
         described += describe_response(frame)
     out = Output(args.json)
