@@ -17,7 +17,7 @@ from tidelog.metadata.local_store import LocalMetadataStore
 from tidelog.observability.broker_metrics import BrokerMetrics, RequestTimer
 from tidelog.observability.registry import Registry
 from tidelog.security.access import AccessGate
-from tidelog.security.authenticator import SaslAuthenticator
+from tidelog.security.authenticator import SaslAuthenticator, SaslSettings
 from tidelog.security.principal import ANONYMOUS
 from tidelog.storage.manager import LogManager
 
@@ -47,6 +47,11 @@ class ConnectionInfo:
     host: str = ""  # the client's IP address, as ACL host filters compare it
     # A SASL connection's authentication while it is not complete; None once done and on other listeners.
     auth: SaslAuthenticator | None = None
+    # SASL listeners: what the listener offers (for re-authentication), the mechanism the connection
+    # authenticated with, and when its session ends (monotonic ms; 0: never, connections.max.reauth.ms).
+    sasl: SaslSettings | None = None
+    sasl_mechanism: str | None = None
+    session_expires_ms: int = 0
     close_after_response: bool = False  # set by a handler: answer, then close (failed authentication)
     request_timer: RequestTimer | None = None  # the request being served, for handlers to report waits
 

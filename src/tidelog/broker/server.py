@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from tidelog.broker.connection import KafkaProtocol
 from tidelog.broker.context import BrokerContext, ConnectionInfo, Endpoint
 from tidelog.broker.dispatch import handler_for
-from tidelog.broker.handlers.security import sasl_raw_token
+from tidelog.broker.handlers.security import sasl_raw_token, session_expired
 from tidelog.broker.response_writer import ResponseWriter
 from tidelog.observability.broker_metrics import api_name
 from tidelog.observability.logs import context
@@ -199,6 +199,7 @@ class Server:
                 self.protocol_log.warning(conn.host, "closing TLS connection from %s: %s", conn.peer, exc)
                 return False
         if security.sasl is not None:
+            conn.sasl = security.sasl
             conn.auth = SaslAuthenticator(security.sasl)  # its frame limit was set when the connection was made
         return True
 
@@ -230,6 +231,10 @@ class Server:
                     conn.host, "closing connection from %s (client %s): request %d before SASL authentication",
                     conn.peer, header.client_id, header.api_key,
                 )
+                return False
+            if conn.session_expires_ms and session_expired(conn, header.api_key):
+                log.info("closing connection from %s (client %s, %s): its SASL session expired without "
+                         "re-authentication (connections.max.reauth.ms)", conn.peer, header.client_id, conn.principal)
                 return False
             conn.client_id = header.client_id
             request = decode_request(header, frame)

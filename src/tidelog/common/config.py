@@ -258,6 +258,7 @@ _BROKER: list[Setting] = [
     Setting("sasl.plain.users.file", Type.STRING, None, "tidelog: SASL/PLAIN users, one 'name = password' (or pbkdf2_sha256 hash) per line; re-read when it changes. Per listener.", _B),
     Setting("sasl.server.max.receive.size", Type.INT, 524288, "Largest request accepted from a SASL client before it has authenticated.", _B, False, at_least(1)),
     Setting("connection.failed.authentication.delay.ms", Type.INT, 100, "Delay before answering a failed authentication and closing the connection.", _B, False, at_least(0)),
+    Setting("connections.max.reauth.ms", Type.LONG, 0, "SASL sessions last this long (0: for ever); clients re-authenticate before the end (KIP-368), other connections are closed.", _B, False, at_least(0)),
     Setting("authorizer.class.name", Type.STRING, "", "Empty: no authorizer (everything allowed). org.apache.kafka.metadata.authorizer.StandardAuthorizer (or kafka.security.authorizer.AclAuthorizer): enforce ACLs.", _B, False, one_of("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "kafka.security.authorizer.AclAuthorizer")),
     Setting("super.users", Type.STRING, None, "Principals allowed everything, separated by ';' (User:admin;User:ops).", _B),
     Setting("allow.everyone.if.no.acl.found", Type.BOOLEAN, False, "Allow a request on a resource no ACL mentions.", _B),

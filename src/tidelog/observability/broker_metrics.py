@@ -165,6 +165,7 @@ class BrokerMetrics:
         auth = ("listener", "mechanism")
         self.auth_failures = r.counter("tidelog_authentication_failures_total", "Failed SASL authentications, by listener and mechanism.", auth)
         self.auth_successes = r.counter("tidelog_authentication_successes_total", "Successful SASL authentications, by listener and mechanism.", auth)
+        self.reauth_successes = r.counter("tidelog_reauthentication_successes_total", "Successful SASL re-authentications (connections.max.reauth.ms), by listener and mechanism.", auth)
         self._api_labels: dict[int, Labels] = {}
         self._phases: dict[Labels, tuple[list[float], ...]] = {}
 
@@ -253,6 +254,9 @@ class BrokerMetrics:
 
     def authentication_succeeded(self, listener: str, mechanism: str) -> None:
         self.auth_successes.inc((listener, mechanism))
+
+    def reauthenticated(self, listener: str, mechanism: str) -> None:
+        self.reauth_successes.inc((listener, mechanism))
 
     # -- scrape-time sources -----------------------------------------------------------------
 

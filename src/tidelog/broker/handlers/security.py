@@ -6,6 +6,12 @@ wrong credentials) is answered after ``connection.failed.authentication.delay.ms
 is then closed: one connection, one attempt, as in Kafka. On success the connection takes the
 principal ``User:<name>`` and may send any request.
 
+Re-authentication (KIP-368): with ``connections.max.reauth.ms`` > 0 the session lasts that long
+(told in SaslAuthenticate v1+). An authenticated connection may then send SaslHandshake v1 and
+SaslAuthenticate again; the new authentication must name the same principal and mechanism. Once the
+session has ended, any other request closes the connection (``session_expired``, checked by the
+server before dispatch).
+
 ACLs and SCRAM credentials are part of the cluster metadata: each request validates every item,
 commits one new image with the accepted changes, and answers per item with Kafka's error codes.
 With no authorizer configured the ACL requests answer SECURITY_DISABLED, as Kafka does.
@@ -14,7 +20,9 @@ With no authorizer configured the ACL requests answer SECURITY_DISABLED, as Kafk
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -28,6 +36,7 @@ from tidelog.protocol.sasl import (
     MIN_ITERATIONS,
     SCRAM_SHA_256,
     SCRAM_SHA_512,
+    SaslAuthenticationFailed,
     SaslError,
     Step,
     credential_from_salted_password,
@@ -70,12 +79,37 @@ async def _fail_slowly(ctx: BrokerContext, conn: ConnectionInfo, why: str) -> No
         await asyncio.sleep(delay_ms / 1000)
 
 
-def _authenticated(ctx: BrokerContext, conn: ConnectionInfo, auth: SaslAuthenticator) -> None:
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def session_expired(conn: ConnectionInfo, api_key: int) -> bool:
+    """The connection's SASL session is over and this request is not a re-authentication."""
+    return _monotonic_ms() >= conn.session_expires_ms and api_key not in (SASL_HANDSHAKE, SASL_AUTHENTICATE)
+
+
+def _authenticated(ctx: BrokerContext, conn: ConnectionInfo, auth: SaslAuthenticator) -> int:
+    """Complete an authentication; the session's lifetime in ms to tell the client (0: no limit).
+
+    Raises SaslAuthenticationFailed when a re-authentication names another principal or mechanism
+    (Kafka refuses those: a connection keeps its identity)."""
     assert auth.principal is not None and auth.mechanism is not None
-    conn.principal = auth.principal
+    reauthenticating = conn.sasl_mechanism is not None
+    if reauthenticating and (auth.principal, auth.mechanism) != (conn.principal, conn.sasl_mechanism):
+        raise SaslAuthenticationFailed(
+            f"re-authentication as {auth.principal} with {auth.mechanism} on a connection authenticated as "
+            f"{conn.principal} with {conn.sasl_mechanism}: both must stay the same")
+    conn.principal, conn.sasl_mechanism = auth.principal, auth.mechanism
     conn.auth = None
-    ctx.metrics.authentication_succeeded(conn.listener.name, auth.mechanism)
-    log.debug("%s authenticated as %s with %s on %s", conn.peer, auth.principal, auth.mechanism, conn.listener.name)
+    lifetime = ctx.config.get_int("connections.max.reauth.ms")
+    conn.session_expires_ms = _monotonic_ms() + lifetime if lifetime > 0 else 0
+    if reauthenticating:
+        ctx.metrics.reauthenticated(conn.listener.name, auth.mechanism)
+    else:
+        ctx.metrics.authentication_succeeded(conn.listener.name, auth.mechanism)
+    log.debug("%s %s as %s with %s on %s", conn.peer, "re-authenticated" if reauthenticating else "authenticated",
+              auth.principal, auth.mechanism, conn.listener.name)
+    return lifetime
 
 
 async def _step(auth: SaslAuthenticator, token: bytes) -> Step:
@@ -87,8 +121,10 @@ async def sasl_handshake(ctx: BrokerContext, conn: ConnectionInfo, header: Reque
     b = builder(SASL_HANDSHAKE, header.api_version)
     auth = conn.auth
     if auth is None:
-        # Not a SASL listener, or already authenticated (re-authentication is not offered).
-        return b.make("SaslHandshakeResponse", error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=())
+        if conn.sasl is None or not conn.session_expires_ms or header.api_version < 1:
+            # Not a SASL listener, or authenticated for good (connections.max.reauth.ms is 0): Kafka's answer.
+            return b.make("SaslHandshakeResponse", error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=())
+        auth = conn.auth = SaslAuthenticator(conn.sasl)  # KIP-368: a re-authentication starts
     error = auth.handshake(request.mechanism, header.api_version)
     if error is not ErrorCode.NONE:
         await _fail_slowly(ctx, conn, f"SaslHandshake for {request.mechanism!r}: {error.name}")
@@ -98,10 +134,10 @@ async def sasl_handshake(ctx: BrokerContext, conn: ConnectionInfo, header: Reque
 async def sasl_authenticate(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
     b = builder(SASL_AUTHENTICATE, header.api_version)
 
-    def answer(error: ErrorCode, message: str | None, challenge: bytes = b"") -> Any:
+    def answer(error: ErrorCode, message: str | None, challenge: bytes = b"", lifetime_ms: int = 0) -> Any:
         return b.make(
             "SaslAuthenticateResponse", error_code=error, error_message=message, auth_bytes=challenge,
-            session_lifetime=NO_THROTTLE,
+            session_lifetime=datetime.timedelta(milliseconds=lifetime_ms),
         )
 
     auth = conn.auth
@@ -112,12 +148,11 @@ async def sasl_authenticate(ctx: BrokerContext, conn: ConnectionInfo, header: Re
         return answer(ErrorCode.ILLEGAL_SASL_STATE, "Unexpected SaslAuthenticate request: send SaslHandshake first")
     try:
         step = await _step(auth, bytes(request.auth_bytes))
+        lifetime = _authenticated(ctx, conn, auth) if step.complete else 0
     except SaslError as exc:
         await _fail_slowly(ctx, conn, str(exc))
         return answer(ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc))
-    if step.complete:
-        _authenticated(ctx, conn, auth)
-    return answer(ErrorCode.NONE, None, step.challenge)
+    return answer(ErrorCode.NONE, None, step.challenge, lifetime)
 
 
 async def sasl_raw_token(ctx: BrokerContext, conn: ConnectionInfo, token: bytes) -> bytes | None:
@@ -130,7 +165,11 @@ async def sasl_raw_token(ctx: BrokerContext, conn: ConnectionInfo, token: bytes)
         await _fail_slowly(ctx, conn, str(exc))
         return None
     if step.complete:
-        _authenticated(ctx, conn, auth)
+        try:
+            _authenticated(ctx, conn, auth)  # no lifetime to tell: a v0 client cannot re-authenticate
+        except SaslError as exc:
+            await _fail_slowly(ctx, conn, str(exc))
+            return None
     return step.challenge
 
 
