@@ -266,38 +266,33 @@ class OffsetManager:
         return count
 
     def _expire_offsets(self, group: ClassicGroup, records: list[CoordinatorRecord]) -> bool:
-        """Tombstones for the group's expired offsets; True when it has none left."""
-        held = self.state.offsets.of_group(group.group_id)
-        if not held:
-            return True
+        """Tombstones for the classic group's expired offsets; True when it has none left."""
         base = self._expiry_base(group)
-        all_gone = True
-        for (topic, partition), committed in held.items():
-            gone = not self.state.partition_exists(topic, partition)
-            if not gone and base is not None and not group.is_subscribed_to(topic):
-                retention = self.state.config.offsets_retention_ms
-                gone = committed.is_expired(base(committed.commit_timestamp), self.state.now, retention)
-            if gone:
-                records.append(OffsetCommitRecord(OffsetCommitKey(group.group_id, topic, partition), None))
-            else:
-                all_gone = False
-        return all_gone
+        return self._expire(group.group_id, records, lambda topic, commit_ts: (
+            None if base is None or group.is_subscribed_to(topic) else base(commit_ts)))
 
     def _expire_consumer_group_offsets(self, group: ConsumerGroup, records: list[CoordinatorRecord]) -> bool:
         """Kafka's rule for KIP-848 groups: an offset of a topic no member subscribes to expires
         ``offsets.retention.minutes`` after its commit (or at its explicit expiry); the subscribed
         topics' offsets stay. True when the group has none left."""
-        held = self.state.offsets.of_group(group.group_id)
-        if not held:
-            return True
         subscribed = self.consumer.subscribed_topics(group)
+        return self._expire(group.group_id, records, lambda topic, commit_ts: None if topic in subscribed else commit_ts)
+
+    def _expire(self, group_id: str, records: list[CoordinatorRecord],
+                expiry_base: Callable[[str, int], int | None]) -> bool:
+        """Tombstones for ``group_id``'s offsets that expired or whose partition is gone; True when
+        none is left. ``expiry_base(topic, commit_ts)`` is when an offset's retention starts (None:
+        it does not expire)."""
+        held = self.state.offsets.of_group(group_id)
         retention = self.state.config.offsets_retention_ms
         all_gone = True
         for (topic, partition), committed in held.items():
-            gone = not self.state.partition_exists(topic, partition) or (
-                topic not in subscribed and committed.is_expired(committed.commit_timestamp, self.state.now, retention))
+            gone = not self.state.partition_exists(topic, partition)
+            if not gone:
+                base = expiry_base(topic, committed.commit_timestamp)
+                gone = base is not None and committed.is_expired(base, self.state.now, retention)
             if gone:
-                records.append(OffsetCommitRecord(OffsetCommitKey(group.group_id, topic, partition), None))
+                records.append(OffsetCommitRecord(OffsetCommitKey(group_id, topic, partition), None))
             else:
                 all_gone = False
         return all_gone
