@@ -26,6 +26,8 @@ class PartitionImage:
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    # Bumped on every change of leader or ISR; compare-and-set writes of the partition check it.
+    partition_epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)

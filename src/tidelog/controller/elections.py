@@ -1,0 +1,65 @@
+"""What the controller changes when brokers come and go: leaders and ISRs. Pure.
+
+``partition_changes(image, live, unclean_allowed)`` looks at every partition against the set of live
+brokers and returns the partitions to rewrite, each as the state it should have:
+
+- Leader gone (or no leader): the first replica, in replica order, that is live and in the ISR becomes
+  leader; the leader epoch and the partition epoch go up by one and the ISR keeps its live members.
+  No such replica: with unclean election allowed for the topic, the first live replica leads with an
+  ISR of itself (data may be lost: Kafka's rule); otherwise the partition goes offline (leader -1, the
+  epoch bumped once) and its ISR is left as it was, so that a former ISR member that comes back is
+  elected and nothing acknowledged is lost.
+- Leader alive, a dead follower in the ISR: it leaves the ISR at once (the partition epoch goes up,
+  the leader epoch does not), so that acks=all writes do not wait ``replica.lag.time.max.ms`` for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+from tidelog.metadata.image import ClusterImage, PartitionImage
+
+NO_LEADER = -1
+
+
+def elect(partition: PartitionImage, live: frozenset[int], unclean_allowed: bool) -> PartitionImage | None:
+    """The partition's new state, or None when it needs no change."""
+    if partition.leader in live:
+        isr = tuple(r for r in partition.isr if r in live)
+        if isr == partition.isr:
+            return None
+        return replace(partition, isr=isr, partition_epoch=partition.partition_epoch + 1)
+    candidates = [r for r in partition.replicas if r in live and r in partition.isr]
+    if candidates:
+        isr = tuple(r for r in partition.isr if r in live)
+        return _lead(partition, candidates[0], isr)
+    if unclean_allowed:
+        live_replicas = [r for r in partition.replicas if r in live]
+        if live_replicas:
+            return _lead(partition, live_replicas[0], (live_replicas[0],))
+    if partition.leader == NO_LEADER:
+        return None  # already offline; waiting for an ISR member to return
+    return replace(partition, leader=NO_LEADER, leader_epoch=partition.leader_epoch + 1,
+                   partition_epoch=partition.partition_epoch + 1)
+
+
+def _lead(partition: PartitionImage, leader: int, isr: tuple[int, ...]) -> PartitionImage:
+    return replace(partition, leader=leader, leader_epoch=partition.leader_epoch + 1, isr=isr,
+                   partition_epoch=partition.partition_epoch + 1)
+
+
+def partition_changes(
+    image: ClusterImage, live: frozenset[int], unclean_allowed: Callable[[str], bool],
+) -> Iterator[tuple[str, PartitionImage, PartitionImage]]:
+    """(topic, current, new) for every partition whose leader or ISR must change."""
+    for topic in image.topics.values():
+        allowed = None
+        for partition in topic.partitions:
+            if partition.leader in live and all(r in live for r in partition.isr):
+                continue
+            if allowed is None:
+                allowed = unclean_allowed(topic.name)
+            new = elect(partition, live, allowed)
+            if new is not None:
+                yield topic.name, partition, new

@@ -1,0 +1,44 @@
+"""The controller's election rules (controller/elections.py)."""
+
+from __future__ import annotations
+
+from tidelog.controller.elections import NO_LEADER, elect
+from tidelog.metadata.image import PartitionImage
+
+
+def part(leader: int, isr: tuple[int, ...], replicas: tuple[int, ...] = (1, 2, 3), epoch: int = 4) -> PartitionImage:
+    return PartitionImage(0, leader, epoch, replicas, isr, partition_epoch=10)
+
+
+def test_the_first_live_isr_replica_in_replica_order_is_elected() -> None:
+    new = elect(part(1, (1, 3, 2)), frozenset({2, 3}), unclean_allowed=False)
+    assert new is not None
+    assert (new.leader, new.leader_epoch, new.isr, new.partition_epoch) == (2, 5, (3, 2), 11)
+
+
+def test_a_dead_follower_leaves_the_isr_without_a_new_leader_epoch() -> None:
+    new = elect(part(1, (1, 2, 3)), frozenset({1, 2}), unclean_allowed=False)
+    assert new is not None
+    assert (new.leader, new.leader_epoch, new.isr, new.partition_epoch) == (1, 4, (1, 2), 11)
+
+
+def test_nothing_changes_when_the_leader_and_isr_are_alive() -> None:
+    assert elect(part(1, (1, 2)), frozenset({1, 2}), unclean_allowed=False) is None
+
+
+def test_with_the_whole_isr_dead_the_partition_goes_offline_and_keeps_its_isr() -> None:
+    new = elect(part(1, (1,)), frozenset({2, 3}), unclean_allowed=False)
+    assert new is not None
+    assert (new.leader, new.isr, new.leader_epoch) == (NO_LEADER, (1,), 5)
+    assert elect(new, frozenset({2, 3}), unclean_allowed=False) is None  # stays offline, no epoch churn
+
+
+def test_a_returning_isr_member_is_elected_for_an_offline_partition() -> None:
+    offline = part(NO_LEADER, (1,))
+    new = elect(offline, frozenset({1, 2, 3}), unclean_allowed=False)
+    assert new is not None and new.leader == 1 and new.isr == (1,)
+
+
+def test_unclean_election_takes_a_live_out_of_sync_replica() -> None:
+    new = elect(part(1, (1,)), frozenset({3}), unclean_allowed=True)
+    assert new is not None and (new.leader, new.isr) == (3, (3,))
