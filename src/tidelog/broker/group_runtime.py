@@ -174,7 +174,7 @@ class GroupRuntime:
     def running(self) -> bool:
         return self._running
 
-    def ensure_topic(self) -> ErrorCode:
+    async def ensure_topic(self) -> ErrorCode:
         """Create ``__consumer_offsets`` on first use; COORDINATOR_NOT_AVAILABLE if that fails.
 
         A topic someone else created meanwhile (CreateTopics) is loaded like one found at start.
@@ -188,7 +188,7 @@ class GroupRuntime:
             self._start_loading(len(existing.partitions))
             return ErrorCode.NONE
         config = self.ctx.config
-        outcome = self.ctx.topics.create_topic(
+        outcome = await self.ctx.topics.create_topic(
             OFFSETS_TOPIC, config.get_int("offsets.topic.num.partitions"), 1,
             configs=[("cleanup.policy", "compact"),
                      ("segment.bytes", str(config.get_int("offsets.topic.segment.bytes"))),

@@ -7,22 +7,37 @@ handed out twice, even across crashes: a restart starts a fresh block after the 
 
 from __future__ import annotations
 
-from tidelog.metadata.local_store import LocalMetadataStore
+from typing import Protocol
 
 BLOCK_SIZE = 1000
 
 
+class ProducerIdSource(Protocol):
+    async def allocate_producer_ids(self, count: int) -> int: ...
+
+
 class ProducerIdAllocator:
-    def __init__(self, store: LocalMetadataStore) -> None:
+    """Hands out ids from the current block. ``reserve`` (async: it may write to the metadata store)
+    makes sure an id is available; ``take`` then hands it out synchronously, so a pure state machine
+    (the transaction coordinator) can be given ``take`` as its id source."""
+
+    def __init__(self, store: ProducerIdSource) -> None:
         self.store = store
         self._next = 0
         self._end = 0
 
-    def allocate(self) -> int:
+    async def reserve(self) -> None:
         if self._next >= self._end:
-            start = self.store.image.producer_id_block_end
-            self.store.commit(self.store.image.with_producer_id_block_end(start + BLOCK_SIZE))
+            start = await self.store.allocate_producer_ids(BLOCK_SIZE)
             self._next, self._end = start, start + BLOCK_SIZE
+
+    def take(self) -> int:
+        if self._next >= self._end:
+            raise RuntimeError("no producer id reserved: await reserve() first")
         producer_id = self._next
         self._next += 1
         return producer_id
+
+    async def allocate(self) -> int:
+        await self.reserve()
+        return self.take()

@@ -60,7 +60,7 @@ class TopicAdmin:
 
     # -- create ----------------------------------------------------------------------------------
 
-    def create_topic(
+    async def create_topic(
         self,
         name: str,
         num_partitions: int,
@@ -113,7 +113,7 @@ class TopicAdmin:
         topic = new_topic(name, num_partitions, self.node_id, overrides)
         if validate_only:
             return Outcome(topic=topic)
-        self.store.commit(self.store.image.with_topic(topic))
+        await self.store.commit(self.store.image.with_topic(topic))
         self.logs.create_logs(name, [p.index for p in topic.partitions], self.log_config(topic))
         log.info("created topic %s with %d partition(s)", name, num_partitions)
         return Outcome(topic=topic)
@@ -153,13 +153,13 @@ class TopicAdmin:
 
     # -- delete ----------------------------------------------------------------------------------
 
-    def delete_topic(self, name: str) -> Outcome:
+    async def delete_topic(self, name: str) -> Outcome:
         topic = self.store.image.topics.get(name)
         if topic is None:
             return _fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
         if not self.config.get("delete.topic.enable"):
             return _fail(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
-        self.store.commit(self.store.image.without_topic(name))
+        await self.store.commit(self.store.image.without_topic(name))
         for partition in topic.partitions:
             self.logs.delete_log(name, partition.index)
         log.info("deleted topic %s", name)
@@ -167,7 +167,7 @@ class TopicAdmin:
 
     # -- partitions ------------------------------------------------------------------------------
 
-    def create_partitions(self, name: str, count: int, validate_only: bool) -> Outcome:
+    async def create_partitions(self, name: str, count: int, validate_only: bool) -> Outcome:
         topic = self.store.image.topics.get(name)
         if topic is None:
             return _fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
@@ -184,13 +184,13 @@ class TopicAdmin:
         grown = add_partitions(topic, count, self.node_id)
         if validate_only:
             return Outcome(topic=grown)
-        self.store.commit(self.store.image.with_topic(grown))
+        await self.store.commit(self.store.image.with_topic(grown))
         self.logs.create_logs(name, [p.index for p in grown.partitions[current:]], self.log_config(grown))
         return Outcome(topic=grown)
 
     # -- configs ---------------------------------------------------------------------------------
 
-    def set_topic_configs(self, name: str, overrides: Mapping[str, Value], validate_only: bool) -> Outcome:
+    async def set_topic_configs(self, name: str, overrides: Mapping[str, Value], validate_only: bool) -> Outcome:
         """Replace the topic's overrides (validated already by the caller)."""
         topic = self.store.image.topics.get(name)
         if topic is None:
@@ -198,17 +198,17 @@ class TopicAdmin:
         changed = topic.with_configs(overrides)
         if validate_only:
             return Outcome(topic=changed)
-        self.store.commit(self.store.image.with_topic(changed))
+        await self.store.commit(self.store.image.with_topic(changed))
         self.apply_log_configs(changed)
         return Outcome(topic=changed)
 
     def apply_log_configs(self, topic: TopicImage) -> None:
         self.logs.update_config(topic.name, self.log_config(topic))
 
-    def set_broker_configs(self, values: Mapping[str, Value], validate_only: bool) -> None:
+    async def set_broker_configs(self, values: Mapping[str, Value], validate_only: bool) -> None:
         if validate_only:
             return
-        self.store.commit(self.store.image.with_broker_configs(values))
+        await self.store.commit(self.store.image.with_broker_configs(values))
         self.config.dynamic = dict(values)
         for topic in self.store.image.topics.values():
             self.apply_log_configs(topic)

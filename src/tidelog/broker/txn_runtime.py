@@ -139,15 +139,15 @@ class TxnRuntime:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
 
-    def status(self) -> ErrorCode:
+    async def status(self) -> ErrorCode:
         """NONE when requests can be served, else the error to answer."""
         if not self._running:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if not self.loaded:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        return self.ensure_topic()
+        return await self.ensure_topic()
 
-    def ensure_topic(self) -> ErrorCode:
+    async def ensure_topic(self) -> ErrorCode:
         """Create ``__transaction_state`` on first use; COORDINATOR_NOT_AVAILABLE if that fails."""
         if not self._running:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -161,7 +161,7 @@ class TxnRuntime:
         # Replication factor and min ISR are capped to the live brokers: this one.
         replicas = min(config.get_int("transaction.state.log.replication.factor"), 1)
         min_isr = min(config.get_int("transaction.state.log.min.isr"), replicas)
-        outcome = self.ctx.topics.create_topic(
+        outcome = await self.ctx.topics.create_topic(
             TXN_TOPIC, config.get_int("transaction.state.log.num.partitions"), replicas,
             configs=[("cleanup.policy", "compact"), ("min.insync.replicas", str(min_isr)),
                      ("segment.bytes", str(config.get_int("transaction.state.log.segment.bytes")))],
@@ -399,17 +399,18 @@ class TxnRuntime:
     # -------------------------------------------------------------------------------- APIs
 
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, pid: int, epoch: int) -> Decision:
-        error = self.status()
+        error = await self.status()
         if error is not ErrorCode.NONE:
             return Decision(error)
         assert self.ctx.producer_ids is not None
+        await self.ctx.producer_ids.reserve()
         async with self.lock:
             decision = self.core.init_producer_id(transactional_id, timeout_ms, pid, epoch, self.ctx.now_ms(),
-                                                  self.ctx.producer_ids.allocate)
+                                                  self.ctx.producer_ids.take)
             return await self._decide_and_complete(decision)
 
     async def add_partitions(self, transactional_id: str, pid: int, epoch: int, partitions: list[tuple[str, int]]) -> ErrorCode:
-        error = self.status()
+        error = await self.status()
         if error is not ErrorCode.NONE:
             return error
         async with self.lock:
@@ -417,12 +418,12 @@ class TxnRuntime:
             return (await self._decide_and_complete(decision)).error
 
     async def add_offsets(self, transactional_id: str, pid: int, epoch: int, group_id: str) -> ErrorCode:
-        error = self.status()
+        error = await self.status()
         if error is not ErrorCode.NONE:
             return error
         offsets = self.ctx.image.topics.get(OFFSETS_TOPIC)
         groups = self.ctx.groups
-        if offsets is None and groups is not None and groups.ensure_topic() is ErrorCode.NONE:
+        if offsets is None and groups is not None and await groups.ensure_topic() is ErrorCode.NONE:
             offsets = self.ctx.image.topics.get(OFFSETS_TOPIC)
         if offsets is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -432,7 +433,7 @@ class TxnRuntime:
             return (await self._decide_and_complete(decision)).error
 
     async def end_txn(self, transactional_id: str, pid: int, epoch: int, commit: bool) -> Decision:
-        error = self.status()
+        error = await self.status()
         if error is not ErrorCode.NONE:
             return Decision(error)
         async with self.lock:
@@ -441,15 +442,15 @@ class TxnRuntime:
 
     async def abort(self, transactional_id: str) -> ErrorCode:
         """Abort an open transaction on an operator's request."""
-        error = self.status()
+        error = await self.status()
         if error is not ErrorCode.NONE:
             return error
         async with self.lock:
             return (await self._decide_and_complete(self.core.abort(transactional_id, self.ctx.now_ms()))).error
 
-    def check_offsets_producer(self, transactional_id: str, pid: int, epoch: int) -> ErrorCode:
+    async def check_offsets_producer(self, transactional_id: str, pid: int, epoch: int) -> ErrorCode:
         """TxnOffsetCommit: the producer must own the id, and the group's partition be in its transaction."""
-        error = self.status()
+        error = await self.status()
         if error is not ErrorCode.NONE:
             return error
         error, value = self.core.check_producer(transactional_id, pid, epoch)
@@ -465,8 +466,8 @@ class TxnRuntime:
             return ErrorCode.NOT_ENOUGH_REPLICAS  # retriable: the coordinator is still loading
         return self.core.verify_produce(transactional_id, pid, epoch, topic, partition)
 
-    def describe(self, transactional_ids: list[str]) -> list[DescribedTxn]:
-        error = self.status()
+    async def describe(self, transactional_ids: list[str]) -> list[DescribedTxn]:
+        error = await self.status()
         if error is not ErrorCode.NONE:
             return [DescribedTxn(t, error) for t in transactional_ids]
         return [self.core.describe(t) for t in transactional_ids]

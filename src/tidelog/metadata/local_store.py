@@ -161,7 +161,15 @@ class LocalMetadataStore:
     def _encode(image: ClusterImage) -> bytes:
         return json.dumps(_image_to_json(image), indent=1, sort_keys=True).encode()
 
-    def commit(self, new_image: ClusterImage) -> None:
+    async def commit(self, new_image: ClusterImage) -> None:
+        """Persist ``new_image``, then publish it. The file write is short and stays on the caller's
+        thread (the event loop), so commits are applied in the order they are made."""
         with self._lock:
             write_atomically(self.path, self._encode(new_image))
             self.image = new_image
+
+    async def allocate_producer_ids(self, count: int) -> int:
+        """Reserve ``count`` producer ids; the first of them."""
+        start = self.image.producer_id_block_end
+        await self.commit(self.image.with_producer_id_block_end(start + count))
+        return start

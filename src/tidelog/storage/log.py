@@ -165,6 +165,7 @@ class PartitionLog:
         clean_shutdown: bool = False,
         producer_id_expiration_ms: int = 86_400_000,
         hw_follows_leo: bool = True,
+        high_watermark: int | None = None,
         now_ms: int | None = None,
         on_io_error: Callable[[PartitionLog, OSError], None] | None = None,
     ) -> None:
@@ -186,7 +187,11 @@ class PartitionLog:
         self.epoch_cache = LeaderEpochCache(directory)
         self.producers = ProducerStateManager(directory, producer_id_expiration_ms)
         self._load(recovery_point, log_start_offset, clean_shutdown, self._last_flush_ms)
-        self._high_watermark = self.log_end_offset if hw_follows_leo else min(recovery_point, self.log_end_offset)
+        if hw_follows_leo:
+            self._high_watermark = self.log_end_offset
+        else:  # replicated: the checkpointed high watermark (replication-offset-checkpoint), else the recovery point
+            known = recovery_point if high_watermark is None else high_watermark
+            self._high_watermark = max(self.log_start_offset, min(known, self.log_end_offset))
 
     # -- opening --------------------------------------------------------------------------------
 
@@ -743,6 +748,15 @@ class PartitionLog:
                     if best is None or record.timestamp > best[1]:
                         best = (record.offset, record.timestamp, header.partition_leader_epoch)
             return best
+
+    def begin_leader_epoch(self, epoch: int) -> None:
+        """This broker leads from now on in ``epoch``: record the epoch's start offset (the log end).
+
+        OffsetForLeaderEpoch then answers followers with where this leader's history begins, even
+        before anything was appended in the epoch (Kafka's makeLeader does the same)."""
+        with self._lock:
+            self.epoch_cache.assign(epoch, self.log_end_offset)
+            self.epoch_cache.flush()
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) as OffsetForLeaderEpoch answers; (-1, -1) when unknown."""

@@ -4,6 +4,8 @@ Each log dir holds one directory per partition (``<topic>-<partition>``, see log
 
     recovery-point-offset-checkpoint   offsets below which each partition is fsynced (checkpoint.py)
     log-start-offset-checkpoint        each partition's log start offset (checkpoint.py)
+    replication-offset-checkpoint      each partition's high watermark (clusters only: written when
+                                       the high watermark does not simply follow the log end)
     .kafka_cleanshutdown               present only between a clean shutdown and the next start
     <topic>-<partition>.<32 hex>-delete   a deleted partition whose files are being removed
 
@@ -55,6 +57,7 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 DELETE_SUFFIX = "-delete"
 _NEVER = 2**63 - 1
 
@@ -176,19 +179,20 @@ class LogManager:
     def startup(self, config_for: Callable[[str], LogConfig] | None = None) -> None:
         """Open every log found in the log dirs, concurrently; recover unclean ones."""
         get_config = config_for or (lambda _topic: self.default_config)
-        jobs: list[tuple[_LogDir, Path, int, int]] = []
+        jobs: list[tuple[_LogDir, Path, int, int, int | None]] = []
         for d in self.dirs:
             try:
                 d.path.mkdir(parents=True, exist_ok=True)
                 d.clean = (d.path / CLEAN_SHUTDOWN_MARKER).exists()
                 points = self._read_checkpoint(d.path / RECOVERY_POINT_CHECKPOINT)
                 starts = self._read_checkpoint(d.path / LOG_START_CHECKPOINT)
+                marks = {} if self.hw_follows_leo else self._read_checkpoint(d.path / HIGH_WATERMARK_CHECKPOINT)
                 for child in sorted(d.path.iterdir()):
                     if child.is_dir() and child.name.endswith(DELETE_SUFFIX):
                         threading.Thread(target=shutil.rmtree, args=(child, True), daemon=True).start()
                     elif _is_partition_dir(child):
                         key = parse_dir_name(child.name)
-                        jobs.append((d, child, points.get(key, 0), starts.get(key, 0)))
+                        jobs.append((d, child, points.get(key, 0), starts.get(key, 0), marks.get(key)))
             except OSError as exc:
                 self._take_offline(d, exc)
         # Opening a cleanly shut down log is pure-Python bookkeeping: threads would only fight over the
@@ -198,8 +202,8 @@ class LogManager:
         workers = max(1, self.recovery_threads_per_dir * len(self.dirs)) if recovering else 1
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-recovery") as pool:
             futures = [
-                (d, path, pool.submit(self._open_log, d, path, get_config(parse_dir_name(path.name)[0]), rp, ls))
-                for d, path, rp, ls in jobs
+                (d, path, pool.submit(self._open_log, d, path, get_config(parse_dir_name(path.name)[0]), rp, ls, hw))
+                for d, path, rp, ls, hw in jobs
             ]
             for d, path, future in futures:
                 try:
@@ -236,10 +240,13 @@ class LogManager:
             log.warning("ignoring unreadable checkpoint %s", path)
             return {}
 
-    def _open_log(self, d: _LogDir, path: Path, config: LogConfig, recovery_point: int, log_start: int) -> PartitionLog:
+    def _open_log(
+        self, d: _LogDir, path: Path, config: LogConfig, recovery_point: int, log_start: int, high_watermark: int | None,
+    ) -> PartitionLog:
         return PartitionLog(
             path, config, recovery_point=recovery_point, log_start_offset=log_start, clean_shutdown=d.clean,
             producer_id_expiration_ms=self.producer_id_expiration_ms, hw_follows_leo=self.hw_follows_leo,
+            high_watermark=high_watermark,
             now_ms=self.clock(), on_io_error=self._on_io_error,
         )  # fmt: skip
 
@@ -301,7 +308,7 @@ class LogManager:
                     raise StorageError("every log dir is offline")
                 d = min(online, key=lambda x: counts[id(x)])
                 try:
-                    created = self._open_log(d, d.path / f"{topic}-{partition}", config or self.default_config, 0, 0)
+                    created = self._open_log(d, d.path / f"{topic}-{partition}", config or self.default_config, 0, 0, None)
                 except OSError as exc:
                     self._take_offline(d, exc)
                     raise StorageError(f"cannot create {topic}-{partition} in {d.path}: {exc}") from exc
@@ -393,6 +400,10 @@ class LogManager:
                 OffsetCheckpointFile(d.path / LOG_START_CHECKPOINT).write(
                     {(pl.topic, pl.partition): pl.log_start_offset for pl in logs}
                 )
+                if not self.hw_follows_leo:
+                    OffsetCheckpointFile(d.path / HIGH_WATERMARK_CHECKPOINT).write(
+                        {(pl.topic, pl.partition): pl.high_watermark for pl in logs}
+                    )
             except OSError as exc:
                 self._take_offline(d, exc)
 

@@ -1,5 +1,6 @@
 """The single-node metadata store survives restarts and never leaves a half-written file."""
 
+import asyncio
 import pathlib
 
 import pytest
@@ -13,7 +14,7 @@ from tidelog.metadata.meta_properties import ensure_meta_properties
 def test_committed_image_is_what_a_reopened_store_loads(tmp_path: pathlib.Path) -> None:
     store = LocalMetadataStore(tmp_path, "cid")
     topic = new_topic("orders", 3, 1, {"retention.ms": 1000, "cleanup.policy": ["compact"]})
-    store.commit(store.image.with_topic(add_partitions(topic, 5, 1)).with_producer_id_block_end(2000))
+    asyncio.run(store.commit(store.image.with_topic(add_partitions(topic, 5, 1)).with_producer_id_block_end(2000)))
     reopened = LocalMetadataStore(tmp_path, "ignored")
     assert reopened.image.cluster_id == "cid"
     loaded = reopened.image.topics["orders"]

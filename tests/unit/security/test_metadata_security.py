@@ -3,6 +3,7 @@ file without them still loads (as having none)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pathlib
 
@@ -16,7 +17,7 @@ ACL = AclEntry(2, "orders", 3, "User:app", "*", 4, 3)
 def test_acls_and_credentials_survive_a_reopen(tmp_path: pathlib.Path) -> None:
     store = LocalMetadataStore(tmp_path, "cluster-a")
     credential = scram_credential(SCRAM_SHA_512, "secret", b"salt-salt-salt!!", 4096)
-    store.commit(store.image.with_acls((ACL, ACL)).with_scram_credentials({("app", SCRAM_SHA_512): credential}))
+    asyncio.run(store.commit(store.image.with_acls((ACL, ACL)).with_scram_credentials({("app", SCRAM_SHA_512): credential})))
     assert store.image.acls == (ACL,), "identical bindings are kept once"
     reopened = LocalMetadataStore(tmp_path, "ignored")
     assert reopened.image.acls == (ACL,)
@@ -34,5 +35,5 @@ def test_a_file_written_before_security_loads_with_none(tmp_path: pathlib.Path) 
 def test_changing_acls_replaces_the_collection(tmp_path: pathlib.Path) -> None:
     store = LocalMetadataStore(tmp_path, "c")
     before = store.image.acls
-    store.commit(store.image.with_acls((ACL,)))
+    asyncio.run(store.commit(store.image.with_acls((ACL,))))
     assert store.image.acls is not before

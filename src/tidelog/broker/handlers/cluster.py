@@ -127,7 +127,7 @@ async def metadata(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHead
             ):
                 entries.append(denied(name))
             elif auto_create:
-                entries.append(_auto_create(ctx, b, name))
+                entries.append(await _auto_create(ctx, b, name))
             else:
                 entries.append(_error_entry(b, name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     endpoint = ctx.endpoint_for(conn.listener)
@@ -146,8 +146,8 @@ async def metadata(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHead
     )
 
 
-def _auto_create(ctx: BrokerContext, b: Any, name: str) -> Any:
-    outcome = ctx.topics.create_topic(name, -1, -1)
+async def _auto_create(ctx: BrokerContext, b: Any, name: str) -> Any:
+    outcome = await ctx.topics.create_topic(name, -1, -1)
     if outcome.error is ErrorCode.TOPIC_ALREADY_EXISTS:
         existing = ctx.image.topics.get(name)
         if existing is not None:

@@ -201,7 +201,7 @@ def _replace_all(changes: Any, settings: dict[str, Setting]) -> dict[str, Value]
     return updated
 
 
-def _alter_one(ctx: BrokerContext, resource: Any, incremental: bool, validate_only: bool) -> tuple[ErrorCode, str | None]:
+async def _alter_one(ctx: BrokerContext, resource: Any, incremental: bool, validate_only: bool) -> tuple[ErrorCode, str | None]:
     try:
         if resource.resource_type == TOPIC_RESOURCE:
             topic = ctx.image.topics.get(resource.resource_name)
@@ -211,7 +211,7 @@ def _alter_one(ctx: BrokerContext, resource: Any, incremental: bool, validate_on
                 overrides = _apply_incremental(dict(topic.configs), resource.configs, TOPIC_SETTINGS)
             else:
                 overrides = _replace_all(resource.configs, TOPIC_SETTINGS)
-            outcome = ctx.topics.set_topic_configs(topic.name, overrides, validate_only)
+            outcome = await ctx.topics.set_topic_configs(topic.name, overrides, validate_only)
             if not outcome.ok:
                 raise KafkaError(outcome.error, outcome.message or "")
         elif resource.resource_type == BROKER:
@@ -224,7 +224,7 @@ def _alter_one(ctx: BrokerContext, resource: Any, incremental: bool, validate_on
             static = sorted(k for k in values if not BROKER_SETTINGS[k].dynamic)
             if static:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {set(static)}")
-            ctx.topics.set_broker_configs(values, validate_only)
+            await ctx.topics.set_broker_configs(values, validate_only)
         elif resource.resource_type == BROKER_LOGGER:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker loggers cannot be altered")
         else:
@@ -244,7 +244,7 @@ async def _alter(
         if refusal is not None:
             error, message = refusal, None
         else:
-            error, message = _alter_one(ctx, resource, incremental, request.validate_only)
+            error, message = await _alter_one(ctx, resource, incremental, request.validate_only)
         responses.append(
             b.make(
                 "AlterConfigsResourceResponse",

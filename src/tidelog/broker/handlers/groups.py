@@ -91,24 +91,24 @@ async def find_coordinator(ctx: BrokerContext, conn: ConnectionInfo, header: Req
     key_type = getattr(request, "key_type", GROUP_KEY)
     keys = list(request.coordinator_keys) if header.api_version >= 4 else [request.key]
 
-    def answer(key: str) -> tuple[ErrorCode, str | None]:
+    async def answer(key: str) -> tuple[ErrorCode, str | None]:
         if key_type == GROUP_KEY and not authorize(ctx, conn, Op.DESCRIBE, GROUP, key):
             return ErrorCode.GROUP_AUTHORIZATION_FAILED, None
         if key_type == TRANSACTION_KEY and not authorize(ctx, conn, Op.DESCRIBE, TRANSACTIONAL_ID, key):
             return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
         if key_type == TRANSACTION_KEY:
             txns = ctx.transactions
-            error = ErrorCode.COORDINATOR_NOT_AVAILABLE if txns is None else txns.status()
+            error = ErrorCode.COORDINATOR_NOT_AVAILABLE if txns is None else await txns.status()
             return error, None if error is ErrorCode.NONE else "The coordinator is not available."
         if key_type != GROUP_KEY:
             return ErrorCode.INVALID_REQUEST, f"Unsupported key type {key_type}."
         runtime = _runtime(ctx)
-        error = ErrorCode.COORDINATOR_NOT_AVAILABLE if runtime is None else runtime.ensure_topic()
+        error = ErrorCode.COORDINATOR_NOT_AVAILABLE if runtime is None else await runtime.ensure_topic()
         return error, None if error is ErrorCode.NONE else "The coordinator is not available."
 
     found = []
     for key in keys:
-        error, message = answer(key)
+        error, message = await answer(key)
         ok = error is ErrorCode.NONE
         found.append((key, error, message, ctx.node_id if ok else -1, endpoint.host if ok else "", endpoint.port if ok else -1))
     if header.api_version >= 4:

@@ -175,7 +175,7 @@ async def init_producer_id(ctx: BrokerContext, conn: ConnectionInfo, header: Req
             producer_epoch=-1,
         )
     assert ctx.producer_ids is not None
-    producer_id = ctx.producer_ids.allocate()
+    producer_id = await ctx.producer_ids.allocate()
     return b.make(
         "InitProducerIdResponse",
         throttle_time=NO_THROTTLE,

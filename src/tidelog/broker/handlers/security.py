@@ -221,7 +221,7 @@ async def create_acls(ctx: BrokerContext, conn: ConnectionInfo, header: RequestH
         added.append(acl_entry(binding))
         results.append(result(ErrorCode.NONE))
     if added:
-        ctx.store.commit(ctx.image.with_acls(ctx.image.acls + tuple(added)))
+        await ctx.store.commit(ctx.image.with_acls(ctx.image.acls + tuple(added)))
         log.info("%s added %d ACL(s)", conn.principal, len(added))
     return b.make("CreateAclsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
 
@@ -283,7 +283,7 @@ async def delete_acls(ctx: BrokerContext, conn: ConnectionInfo, header: RequestH
         remaining = [binding for binding in remaining if not flt.matches(binding)]
         results.append(filter_result(ErrorCode.NONE, None, tuple(_matching(b, d) for d in deleted)))
     if len(remaining) != len(gate.current().bindings):
-        ctx.store.commit(ctx.image.with_acls(tuple(acl_entry(binding) for binding in remaining)))
+        await ctx.store.commit(ctx.image.with_acls(tuple(acl_entry(binding) for binding in remaining)))
         log.info("%s deleted %d ACL(s)", conn.principal, len(gate.current().bindings) - len(remaining))
     return b.make("DeleteAclsResponse", throttle_time=NO_THROTTLE, filter_results=tuple(results))
 
@@ -393,7 +393,7 @@ async def alter_user_scram_credentials(ctx: BrokerContext, conn: ConnectionInfo,
                     mechanism, bytes(item.salted_password), bytes(item.salt), item.iterations
                 )
     if any(error is ErrorCode.NONE for error, _ in errors.values()):
-        ctx.store.commit(ctx.image.with_scram_credentials(current))
+        await ctx.store.commit(ctx.image.with_scram_credentials(current))
         log.info("%s altered SCRAM credentials of %s", conn.principal, sorted(u for u, (e, _) in errors.items() if e is ErrorCode.NONE))
     return answer(errors)
 

@@ -54,7 +54,7 @@ async def create_topics(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
                 )
             )
             continue
-        outcome = ctx.topics.create_topic(
+        outcome = await ctx.topics.create_topic(
             topic.name,
             topic.num_partitions,
             topic.replication_factor,
@@ -121,7 +121,7 @@ async def delete_topics(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
         if topic is not None and topic.is_internal:
             error, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Internal topics cannot be deleted"
         else:
-            outcome = ctx.topics.delete_topic(name)
+            outcome = await ctx.topics.delete_topic(name)
             error, message = outcome.error, outcome.message
             if outcome.ok:
                 ctx.purgatory.notify_all()
@@ -147,7 +147,7 @@ async def create_partitions(ctx: BrokerContext, conn: ConnectionInfo, header: Re
         elif bad:
             error, message = ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unknown broker {bad[0]} in the assignment."
         else:
-            outcome = ctx.topics.create_partitions(topic.name, topic.count, request.validate_only)
+            outcome = await ctx.topics.create_partitions(topic.name, topic.count, request.validate_only)
             error, message = outcome.error, outcome.message
         results.append(
             b.make("CreatePartitionsTopicResult", name=topic.name, error_code=error, error_message=message)

@@ -183,7 +183,7 @@ async def txn_offset_commit(ctx: BrokerContext, conn: ConnectionInfo, header: Re
     elif runtime is None or groups is None or not groups.running:
         error = ErrorCode.COORDINATOR_NOT_AVAILABLE
     else:
-        error = runtime.check_offsets_producer(request.transactional_id, request.producer_id, request.producer_epoch)
+        error = await runtime.check_offsets_producer(request.transactional_id, request.producer_id, request.producer_epoch)
     error = for_version(error, TXN_OFFSET_COMMIT, header.api_version)
     if error is ErrorCode.NONE and runtime is not None:
         refused = {t for t, _ in req.topics if not authorize(ctx, conn, Op.READ, TOPIC, t)}
@@ -212,7 +212,7 @@ async def describe_transactions(ctx: BrokerContext, conn: ConnectionInfo, header
     runtime = runtime_of(ctx)
     ids = list(request.transactional_ids)
     allowed = [t for t in ids if authorize(ctx, conn, Op.DESCRIBE, TRANSACTIONAL_ID, t)]
-    described = {d.transactional_id: d for d in (runtime.describe(allowed) if runtime is not None else
+    described = {d.transactional_id: d for d in (await runtime.describe(allowed) if runtime is not None else
                                                  [DescribedTxn(t, ErrorCode.COORDINATOR_NOT_AVAILABLE) for t in allowed])}
     states = []
     for txn_id in ids:

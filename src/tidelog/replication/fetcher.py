@@ -1,0 +1,254 @@
+"""The follower side of replication: one fetcher task per leader broker.
+
+A broker that follows partitions led by broker L runs one ``FollowerFetcher`` for L. Its loop:
+
+1. Partitions that just became followed are reconciled first: OffsetForLeaderEpoch (replica id set)
+   asks the leader where the follower's latest epoch ends in the leader's history, and the local log
+   is truncated to the lower of that end and the follower's own end for that epoch, so no divergent
+   history survives (Kafka's KIP-101/KIP-279 rule). An answer with no epoch truncates to the high
+   watermark, which the leader is known to hold.
+2. One Fetch v12 (``replica_id`` = this broker, the partition's leader epoch, read uncommitted,
+   long-polled: ``replica.fetch.wait.max.ms``, ``replica.fetch.min.bytes``) for every followed
+   partition at its log end offset. The fetch offset *is* the report of the follower's LEO: the leader
+   moves the high watermark from it.
+3. Each partition's batches are appended as the leader wrote them (``append_as_follower``: offsets,
+   epochs and producer state from the batches themselves); the follower's high watermark becomes
+   min(leader's high watermark, own log end).
+
+Errors per partition: OFFSET_OUT_OF_RANGE below the leader's log start restarts the log at the
+leader's start; above the leader's end the partition is reconciled again (the leader changed under
+it). NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH: the metadata is about to
+move the partition; it is skipped until ``follow`` is called again with the new epoch. A connection
+failure backs off ``replica.fetch.backoff.ms`` and reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kio.schema.fetch.v12 import request as fetch_request
+from kio.schema.offset_for_leader_epoch.v4 import request as epoch_request
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i32Timedelta, i64
+
+from tidelog.common.errors import ErrorCode, KafkaError
+from tidelog.net.kafka_connection import BrokerUnreachable, KafkaConnection
+from tidelog.storage.log import PartitionLog
+from tidelog.storage.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+STALE_LEADER = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+})
+
+
+def error_from_code(code: int) -> ErrorCode:
+    found = ErrorCode._value2member_map_.get(code)
+    return found if isinstance(found, ErrorCode) else ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherSettings:
+    max_bytes: int = 10 * 1024 * 1024        # replica.fetch.response.max.bytes
+    partition_max_bytes: int = 1024 * 1024   # replica.fetch.max.bytes
+    max_wait_ms: int = 500                   # replica.fetch.wait.max.ms
+    min_bytes: int = 1                       # replica.fetch.min.bytes
+    backoff_ms: int = 1000                   # replica.fetch.backoff.ms
+
+
+@dataclass(slots=True)
+class Followed:
+    leader_epoch: int
+    reconciled: bool = False
+    stale: bool = False  # the leader refused the epoch: wait for new metadata
+
+
+class FollowerFetcher:
+    def __init__(
+        self, node_id: int, leader_id: int, address: Callable[[], tuple[str, int] | None], logs: LogManager,
+        settings: FetcherSettings, *, on_appended: Callable[[TopicPartition], None] | None = None,
+    ) -> None:
+        self.node_id, self.leader_id = node_id, leader_id
+        self.address = address
+        self.logs = logs
+        self.settings = settings
+        self.on_appended = on_appended
+        self.partitions: dict[TopicPartition, Followed] = {}
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._connection: KafkaConnection | None = None
+
+    # -- control ----------------------------------------------------------------------------------
+
+    def follow(self, tp: TopicPartition, leader_epoch: int) -> None:
+        current = self.partitions.get(tp)
+        if current is None or current.leader_epoch != leader_epoch:
+            self.partitions[tp] = Followed(leader_epoch)
+            self._changed.set()
+
+    def unfollow(self, tp: TopicPartition) -> None:
+        if self.partitions.pop(tp, None) is not None:
+            self._changed.set()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.leader_id}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            active = {tp: f for tp, f in self.partitions.items() if not f.stale}
+            if not active:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            try:
+                connection = await self._connect()
+                pending = {tp: f for tp, f in active.items() if not f.reconciled}
+                if pending:
+                    await self._reconcile(connection, pending)
+                    continue
+                await self._fetch_once(connection, active)
+            except BrokerUnreachable as exc:
+                log.info("replica fetcher for leader %d: %s; retrying in %d ms", self.leader_id, exc, self.settings.backoff_ms)
+                self._connection = None
+                await asyncio.sleep(self.settings.backoff_ms / 1000)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("replica fetcher for leader %d failed; retrying", self.leader_id)
+                await asyncio.sleep(self.settings.backoff_ms / 1000)
+
+    async def _connect(self) -> KafkaConnection:
+        if self._connection is not None and self._connection.connected:
+            return self._connection
+        address = self.address()
+        if address is None:
+            raise BrokerUnreachable(f"broker {self.leader_id} is not registered")
+        self._connection = KafkaConnection(address[0], address[1], f"tidelog-replica-fetcher-{self.node_id}")
+        await self._connection.connect()
+        return self._connection
+
+    def _log(self, tp: TopicPartition) -> PartitionLog | None:
+        return self.logs.get_log(*tp)
+
+    async def _reconcile(self, connection: KafkaConnection, pending: dict[TopicPartition, Followed]) -> None:
+        by_topic: dict[str, list[epoch_request.OffsetForLeaderPartition]] = {}
+        for (topic, index), followed in pending.items():
+            plog = self._log((topic, index))
+            if plog is None:
+                continue
+            by_topic.setdefault(topic, []).append(epoch_request.OffsetForLeaderPartition(
+                partition=i32(index), current_leader_epoch=i32(followed.leader_epoch),
+                leader_epoch=i32(plog.epoch_cache.latest_epoch),
+            ))
+        request = epoch_request.OffsetForLeaderEpochRequest(
+            replica_id=BrokerId(self.node_id),
+            topics=tuple(epoch_request.OffsetForLeaderTopic(topic=TopicName(t), partitions=tuple(ps)) for t, ps in by_topic.items()),
+        )
+        response = await connection.call(request)
+        for topic in response.topics:
+            for p in topic.partitions:
+                tp = (str(topic.topic), int(p.partition))
+                pending_one = pending.get(tp)
+                plog = self._log(tp)
+                if pending_one is None or plog is None or self.partitions.get(tp) is not pending_one:
+                    continue
+                followed = pending_one
+                error = error_from_code(p.error_code)
+                if error is not ErrorCode.NONE:
+                    followed.stale = error in STALE_LEADER
+                    if not followed.stale:
+                        log.warning("OffsetForLeaderEpoch %s-%d from leader %d: %s", *tp, self.leader_id, error.name)
+                    continue
+                self._truncate_to_leader(plog, int(p.leader_epoch), int(p.end_offset))
+                followed.reconciled = True
+
+    def _truncate_to_leader(self, plog: PartitionLog, epoch: int, leader_end: int) -> None:
+        leo = plog.log_end_offset
+        if epoch < 0:
+            target = plog.high_watermark
+        else:
+            _own_epoch, own_end = plog.end_offset_for_epoch(epoch)
+            target = min(leader_end, own_end if own_end >= 0 else leo)
+        if target < leo:
+            log.warning("truncating %s-%d from %d to %d to match leader %d (epoch %d)",
+                        plog.topic, plog.partition, leo, target, self.leader_id, epoch)
+            plog.truncate_to(target)
+
+    async def _fetch_once(self, connection: KafkaConnection, active: dict[TopicPartition, Followed]) -> None:
+        s = self.settings
+        by_topic: dict[str, list[fetch_request.FetchPartition]] = {}
+        for (topic, index), followed in active.items():
+            plog = self._log((topic, index))
+            if plog is None:
+                continue
+            by_topic.setdefault(topic, []).append(fetch_request.FetchPartition(
+                partition=i32(index), current_leader_epoch=i32(followed.leader_epoch),
+                fetch_offset=i64(plog.log_end_offset), log_start_offset=i64(plog.log_start_offset),
+                partition_max_bytes=i32(s.partition_max_bytes),
+            ))
+        if not by_topic:
+            await asyncio.sleep(s.backoff_ms / 1000)
+            return
+        request = fetch_request.FetchRequest(
+            replica_id=BrokerId(self.node_id), max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=s.max_wait_ms)),
+            min_bytes=i32(s.min_bytes), max_bytes=i32(s.max_bytes), isolation_level=i8(0),
+            session_id=i32(0), session_epoch=i32(-1), forgotten_topics_data=(),
+            topics=tuple(fetch_request.FetchTopic(topic=TopicName(t), partitions=tuple(ps)) for t, ps in by_topic.items()),
+        )
+        response = await connection.call(request, timeout_s=s.max_wait_ms / 1000 + 30)
+        for topic in response.responses:
+            for p in topic.partitions:
+                self._apply((str(topic.topic), int(p.partition_index)), p, active)
+
+    def _apply(self, tp: TopicPartition, p: object, active: dict[TopicPartition, Followed]) -> None:
+        followed = active.get(tp)
+        plog = self._log(tp)
+        if followed is None or plog is None or self.partitions.get(tp) is not followed:
+            return  # unfollowed (or re-followed at a new epoch) while the fetch was out
+        error = error_from_code(p.error_code)  # type: ignore[attr-defined]
+        if error is ErrorCode.OFFSET_OUT_OF_RANGE:
+            leader_start = int(p.log_start_offset)  # type: ignore[attr-defined]
+            if plog.log_end_offset < leader_start:
+                log.warning("%s-%d is behind leader %d's log start %d: restarting the log there", *tp, self.leader_id, leader_start)
+                plog.truncate_fully_and_start_at(leader_start)
+            else:
+                followed.reconciled = False
+            return
+        if error is not ErrorCode.NONE:
+            followed.stale = error in STALE_LEADER
+            if not followed.stale:
+                log.warning("replica fetch of %s-%d from leader %d: %s", *tp, self.leader_id, error.name)
+            return
+        records = p.records  # type: ignore[attr-defined]
+        if records:
+            try:
+                plog.append_as_follower(records)
+            except KafkaError as exc:
+                log.error("appending %s-%d from leader %d failed: %s", *tp, self.leader_id, exc)
+                followed.reconciled = False
+                return
+            if self.on_appended is not None:
+                self.on_appended(tp)
+        high_watermark = int(p.high_watermark)  # type: ignore[attr-defined]
+        plog.update_high_watermark(min(high_watermark, plog.log_end_offset))
