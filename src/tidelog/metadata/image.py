@@ -4,6 +4,13 @@ The image is replaced, never mutated: every change (a topic created, a config al
 added) produces a new image from the old one plus a change, and the store persists the new image
 before anyone sees it. Readers (request handlers) take the current image once per request and get a
 consistent view for the whole request.
+
+Cluster fields (issue 16) default to "single node": no registered brokers, no controller
+(``controller_id == -1``), ``partition_epoch == 0``, ``revision == 0``. In a cluster on etcd,
+``brokers`` holds the live registrations (a registration disappears with its broker's lease),
+``controller_id``/``controller_epoch`` come from the election keys, and ``revision`` is the etcd
+revision the image reflects: an image derived from it with ``replace`` or the ``with_*`` helpers
+keeps that revision, which is how ``EtcdMetadataStore.commit`` knows what the writer read.
 """
 
 from __future__ import annotations
@@ -22,12 +29,37 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 @dataclass(frozen=True, slots=True)
 class PartitionImage:
     index: int
-    leader: int
+    leader: int  # -1: offline (no leader)
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
-    # Bumped on every change of leader or ISR; compare-and-set writes of the partition check it.
+    # Bumped on every change of leader or ISR (Kafka's partition epoch); CAS-guarded in etcd.
     partition_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    name: str  # the listener name, e.g. PLAINTEXT
+    host: str
+    port: int
+    security_protocol: str
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """A live broker as it registered itself: present in the image while its lease lives."""
+
+    node_id: int
+    rack: str | None
+    endpoints: tuple[BrokerEndpoint, ...]
+    # Unique per process start, so a restarted broker is told apart from its previous life.
+    incarnation: str
+
+    def endpoint(self, name: str) -> BrokerEndpoint | None:
+        for endpoint in self.endpoints:
+            if endpoint.name == name:
+                return endpoint
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +105,16 @@ class ClusterImage:
     acls: tuple[AclEntry, ...] = ()
     # (user, mechanism) → salted credential; never a password.
     scram_credentials: Mapping[tuple[str, str], ScramCredential] = field(default_factory=lambda: MappingProxyType({}))
+    # node id → registration of every broker whose lease is alive (empty on a single node).
+    brokers: Mapping[int, BrokerRegistration] = field(default_factory=lambda: MappingProxyType({}))
+    controller_id: int = -1  # -1: no controller elected
+    controller_epoch: int = 0
+    # The metadata store's version of this image (etcd: its revision; the local file: 0).
+    revision: int = 0
+
+    def live_brokers(self) -> tuple[BrokerRegistration, ...]:
+        """The registered brokers in node id order."""
+        return tuple(self.brokers[node_id] for node_id in sorted(self.brokers))
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         for topic in self.topics.values():
@@ -84,6 +126,18 @@ class ClusterImage:
         topics = dict(self.topics)
         topics[topic.name] = topic
         return replace(self, topics=MappingProxyType(topics))
+
+    def with_partition(self, topic: str, partition: PartitionImage) -> ClusterImage:
+        """This image with one partition of ``topic`` replaced (same index); KeyError/IndexError if absent."""
+        current = self.topics[topic]
+        partitions = list(current.partitions)
+        if not 0 <= partition.index < len(partitions):
+            raise IndexError(f"{topic} has no partition {partition.index}")
+        partitions[partition.index] = partition
+        return self.with_topic(replace(current, partitions=tuple(partitions)))
+
+    def with_brokers(self, brokers: Mapping[int, BrokerRegistration]) -> ClusterImage:
+        return replace(self, brokers=MappingProxyType(dict(brokers)))
 
     def without_topic(self, name: str) -> ClusterImage:
         topics = dict(self.topics)

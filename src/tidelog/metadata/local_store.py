@@ -18,13 +18,15 @@ File ``<first log dir>/__cluster_metadata.json``::
 
 Writes go to a temporary file that is fsynced, renamed over the old file, and the directory fsynced,
 so after a crash the file is either the old image or the new one, never a mix. Values are JSON
-natives of the catalogue's types (lists for LIST settings). Keys added after version 1 was first
+natives of the catalogue's types (lists for LIST settings); the parts' JSON forms are ``codec``'s,
+except partitions, which the file keeps whole (``replicas`` with the state; no ``partition_epoch``: a
+single node never changes leaders). A file that does not have this shape is refused with a
+``ConfigError`` saying what is wrong. Keys added after version 1 was first
 written (``acls``, ``scram_credentials``) are optional: a file without them loads as having none.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import pathlib
@@ -35,8 +37,8 @@ from types import MappingProxyType
 from typing import Any
 
 from tidelog.common.errors import ConfigError
-from tidelog.metadata.image import AclEntry, ClusterImage, PartitionImage, TopicImage
-from tidelog.protocol.sasl import ScramCredential
+from tidelog.metadata import codec
+from tidelog.metadata.image import ClusterImage, PartitionImage, TopicImage
 
 FILE_NAME = "__cluster_metadata.json"
 FORMAT_VERSION = 1
@@ -61,13 +63,13 @@ def _image_to_json(image: ClusterImage) -> dict[str, Any]:
     return {
         "version": FORMAT_VERSION,
         "cluster_id": image.cluster_id,
-        "broker_configs": dict(image.broker_configs),
+        "broker_configs": codec.configs_to_json(image.broker_configs),
         "producer_id_block_end": image.producer_id_block_end,
         "topics": [
             {
                 "name": topic.name,
                 "topic_id": str(topic.topic_id),
-                "configs": dict(topic.configs),
+                "configs": codec.configs_to_json(topic.configs),
                 "partitions": [
                     {
                         "index": p.index,
@@ -81,64 +83,51 @@ def _image_to_json(image: ClusterImage) -> dict[str, Any]:
             }
             for topic in image.topics.values()
         ],
-        "acls": [
-            {
-                "resource_type": a.resource_type,
-                "resource_name": a.resource_name,
-                "pattern_type": a.pattern_type,
-                "principal": a.principal,
-                "host": a.host,
-                "operation": a.operation,
-                "permission_type": a.permission_type,
-            }
-            for a in image.acls
-        ],
-        "scram_credentials": [
-            {
-                "user": user,
-                "mechanism": mechanism,
-                "salt": base64.b64encode(c.salt).decode(),
-                "stored_key": base64.b64encode(c.stored_key).decode(),
-                "server_key": base64.b64encode(c.server_key).decode(),
-                "iterations": c.iterations,
-            }
-            for (user, mechanism), c in sorted(image.scram_credentials.items())
-        ],
+        "acls": [codec.acl_to_json(a) for a in image.acls],
+        "scram_credentials": codec.scram_list_to_json(image.scram_credentials),
     }
+
+
+def _partition_from_json(value: object) -> PartitionImage:
+    doc = codec.expect_dict(value, "partition")
+    return PartitionImage(
+        codec.expect_int(codec.required(doc, "index"), "index"),
+        codec.expect_int(codec.required(doc, "leader"), "leader"),
+        codec.expect_int(codec.required(doc, "leader_epoch"), "leader_epoch"),
+        codec.int_list(codec.required(doc, "replicas"), "replicas"),
+        codec.int_list(codec.required(doc, "isr"), "isr"),
+    )
+
+
+def _topic_from_json(value: object) -> TopicImage:
+    doc = codec.expect_dict(value, "topic")
+    name = codec.expect_str(codec.required(doc, "name"), "name")
+    partitions = tuple(_partition_from_json(p) for p in codec.expect_list(codec.required(doc, "partitions"), "partitions"))
+    configs = codec.configs_from_json(codec.required(doc, "configs"))
+    try:
+        topic_id = uuid.UUID(codec.expect_str(codec.required(doc, "topic_id"), "topic_id"))
+    except ValueError as exc:
+        raise codec.CorruptValueError(f"topic {name}: topic_id: {exc}") from None
+    return TopicImage(name, topic_id, partitions, configs)
 
 
 def _image_from_json(doc: Mapping[str, Any]) -> ClusterImage:
     if doc.get("version") != FORMAT_VERSION:
         raise ConfigError(f"{FILE_NAME}: unsupported format version {doc.get('version')!r}")
-    topics = {}
-    for t in doc["topics"]:
-        partitions = tuple(
-            PartitionImage(p["index"], p["leader"], p["leader_epoch"], tuple(p["replicas"]), tuple(p["isr"]))
-            for p in t["partitions"]
+    try:
+        topics = {t.name: t for t in map(_topic_from_json, codec.expect_list(doc["topics"], "topics"))}
+        return ClusterImage(
+            cluster_id=codec.expect_str(doc["cluster_id"], "cluster_id"),
+            topics=MappingProxyType(topics),
+            broker_configs=codec.configs_from_json(doc.get("broker_configs", {})),
+            producer_id_block_end=codec.expect_int(doc.get("producer_id_block_end", 0), "producer_id_block_end"),
+            acls=tuple(codec.acl_from_json(a) for a in codec.expect_list(doc.get("acls", []), "acls")),
+            scram_credentials=MappingProxyType(dict(
+                codec.scram_from_json(c) for c in codec.expect_list(doc.get("scram_credentials", []), "scram")
+            )),
         )
-        topics[t["name"]] = TopicImage(
-            t["name"], uuid.UUID(t["topic_id"]), partitions, MappingProxyType(dict(t["configs"]))
-        )
-    return ClusterImage(
-        cluster_id=doc["cluster_id"],
-        topics=MappingProxyType(topics),
-        broker_configs=MappingProxyType(dict(doc.get("broker_configs", {}))),
-        producer_id_block_end=int(doc.get("producer_id_block_end", 0)),
-        acls=tuple(
-            AclEntry(
-                int(a["resource_type"]), str(a["resource_name"]), int(a["pattern_type"]), str(a["principal"]),
-                str(a["host"]), int(a["operation"]), int(a["permission_type"]),
-            )
-            for a in doc.get("acls", ())
-        ),
-        scram_credentials=MappingProxyType({
-            (str(c["user"]), str(c["mechanism"])): ScramCredential(
-                base64.b64decode(c["salt"]), base64.b64decode(c["stored_key"]), base64.b64decode(c["server_key"]),
-                int(c["iterations"]),
-            )
-            for c in doc.get("scram_credentials", ())
-        }),
-    )
+    except (KeyError, codec.CorruptValueError) as exc:
+        raise ConfigError(f"{FILE_NAME}: corrupt metadata file: {exc}") from None
 
 
 class LocalMetadataStore:
