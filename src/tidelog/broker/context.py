@@ -23,6 +23,7 @@ from tidelog.storage.manager import LogManager
 
 if TYPE_CHECKING:
     from tidelog.broker.group_runtime import GroupRuntime
+    from tidelog.broker.replica_manager import ReplicaManager
     from tidelog.broker.txn_runtime import TxnRuntime
 
 
@@ -75,6 +76,7 @@ class BrokerContext:
     producer_ids: ProducerIdAllocator | None = None
     groups: GroupRuntime | None = None  # the group coordinator's shell (broker/group_runtime.py)
     transactions: TxnRuntime | None = None  # the transaction coordinator's shell (broker/txn_runtime.py)
+    replicas: ReplicaManager | None = None  # clusters only: leadership, ISR, follower fetchers (replica_manager.py)
     now_ms: Callable[[], int] = wall_clock_ms
     # None when authorizer.class.name is empty: every request is allowed (broker/authz.py).
     authorizer: AccessGate | None = None

@@ -1,22 +1,32 @@
-"""Topic lifecycle on a single node: create, delete, add partitions, change configs.
+"""Topic lifecycle: create, delete, add partitions, change configs.
 
 Each operation validates like Kafka's controller (same checks, same error codes and messages where
-clients show them), commits the new cluster image to the metadata store first and then creates or
-deletes the partition logs. On start, :meth:`TopicAdmin.reconcile_logs` repairs the one window a
-crash can leave (image committed, logs not yet created or not yet deleted).
+clients show them) and commits the new cluster image to the metadata store first.
+
+On a single node it then creates or deletes the partition logs; on start,
+:meth:`TopicAdmin.reconcile_logs` repairs the one window a crash can leave (image committed, logs not
+yet created or not yet deleted).
+
+In a cluster (``clustered``) any broker may serve these requests: replicas are placed over the live
+brokers with Kafka's rack-aware assignment (``controller.placement``), each partition starts led by its
+first replica with every replica in the ISR, and the commit is a compare-and-set in etcd (a racing
+creation of the same topic loses with TOPIC_ALREADY_EXISTS). Logs are created and deleted by each
+broker's replica manager when the change reaches it through the store's watch.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from tidelog.common.config import BrokerConfig, Value, parse_topic_configs, resolve_topic_config
-from tidelog.common.errors import ConfigError, ErrorCode
+from tidelog.common.errors import ConfigError, ErrorCode, KafkaError
 from tidelog.common.names import topic_name_problem
-from tidelog.metadata.image import TopicImage, add_partitions, new_topic
-from tidelog.metadata.local_store import LocalMetadataStore
+from tidelog.controller.placement import assign_replicas
+from tidelog.metadata.errors import StaleMetadataError
+from tidelog.metadata.image import ClusterImage, PartitionImage, TopicImage, add_partitions, new_topic
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.manager import LogManager
 
@@ -40,12 +50,43 @@ def _fail(code: ErrorCode, message: str) -> Outcome:
     return Outcome(code, message)
 
 
+class MetadataStore(Protocol):
+    image: ClusterImage
+
+    async def commit(self, new_image: ClusterImage) -> None: ...
+
+
 class TopicAdmin:
-    def __init__(self, config: BrokerConfig, store: LocalMetadataStore, logs: LogManager, node_id: int) -> None:
+    def __init__(
+        self, config: BrokerConfig, store: MetadataStore, logs: LogManager, node_id: int, *, clustered: bool = False
+    ) -> None:
         self.config = config
         self.store = store
         self.logs = logs
         self.node_id = node_id
+        self.clustered = clustered
+
+    def _brokers(self) -> dict[int, str | None]:
+        """Live brokers and their racks: the registrations in a cluster, this node alone otherwise."""
+        if not self.clustered:
+            return {self.node_id: None}
+        return {b.node_id: b.rack for b in self.store.image.brokers.values()}
+
+    def _placed(self, name: str, replicas: Sequence[Sequence[int]], configs: Mapping[str, Value]) -> TopicImage:
+        if not self.clustered:
+            return new_topic(name, len(replicas), self.node_id, configs)
+        topic = new_topic(name, len(replicas), self.node_id, configs)
+        return replace(topic, partitions=tuple(
+            PartitionImage(i, r[0], 0, tuple(r), tuple(r)) for i, r in enumerate(replicas)
+        ))
+
+    async def _commit(self, image: ClusterImage) -> Outcome | None:
+        """Commit ``image``; an Outcome when a concurrent change in the cluster won the race."""
+        try:
+            await self.store.commit(image)
+        except StaleMetadataError as exc:
+            return _fail(ErrorCode.NOT_CONTROLLER, f"The metadata changed concurrently; retry ({exc})")
+        return None
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -100,21 +141,28 @@ class TopicAdmin:
                 return _fail(ErrorCode.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
             if replication_factor <= 0:
                 return _fail(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
-            if replication_factor > 1:
+            brokers = self._brokers()
+            if replication_factor > len(brokers):
                 return _fail(
                     ErrorCode.INVALID_REPLICATION_FACTOR,
                     f"Unable to replicate the partition {replication_factor} time(s): The target replication "
-                    f"factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.",
+                    f"factor of {replication_factor} cannot be reached because only {len(brokers)} broker(s) are registered.",
                 )
+            assignments = list(enumerate(assign_replicas(brokers, num_partitions, replication_factor)))
         try:
             overrides = self._parse_configs(configs)
         except ConfigError as exc:
             return _fail(ErrorCode.INVALID_CONFIG, str(exc))
-        topic = new_topic(name, num_partitions, self.node_id, overrides)
+        topic = self._placed(name, [r for _, r in sorted(assignments)], overrides)
         if validate_only:
             return Outcome(topic=topic)
-        await self.store.commit(self.store.image.with_topic(topic))
-        self.logs.create_logs(name, [p.index for p in topic.partitions], self.log_config(topic))
+        if name in self.store.image.topics:
+            return _fail(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        lost = await self._commit(self.store.image.with_topic(topic))
+        if lost is not None:
+            return _fail(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") if name in self.store.image.topics else lost
+        if not self.clustered:
+            self.logs.create_logs(name, [p.index for p in topic.partitions], self.log_config(topic))
         log.info("created topic %s with %d partition(s)", name, num_partitions)
         return Outcome(topic=topic)
 
@@ -135,7 +183,8 @@ class TopicAdmin:
                 return _fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list.")
             if len(set(replicas)) != len(replicas):
                 return _fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes duplicate replicas.")
-            unknown = [r for r in replicas if r != self.node_id]
+            live = self._brokers()
+            unknown = [r for r in replicas if r not in live]
             if unknown:
                 return _fail(
                     ErrorCode.INVALID_REPLICA_ASSIGNMENT,
@@ -159,9 +208,12 @@ class TopicAdmin:
             return _fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
         if not self.config.get("delete.topic.enable"):
             return _fail(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
-        await self.store.commit(self.store.image.without_topic(name))
-        for partition in topic.partitions:
-            self.logs.delete_log(name, partition.index)
+        lost = await self._commit(self.store.image.without_topic(name))
+        if lost is not None:
+            return lost
+        if not self.clustered:
+            for partition in topic.partitions:
+                self.logs.delete_log(name, partition.index)
         log.info("deleted topic %s", name)
         return Outcome(topic=topic)
 
@@ -181,11 +233,24 @@ class TopicAdmin:
             return _fail(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
         if count > MAX_PARTITIONS:
             return _fail(ErrorCode.INVALID_PARTITIONS, f"Topic would have more than {MAX_PARTITIONS} partitions.")
-        grown = add_partitions(topic, count, self.node_id)
+        if self.clustered:
+            try:
+                placed = assign_replicas(self._brokers(), count - current, len(topic.partitions[0].replicas),
+                                         first_partition=current)
+            except KafkaError as exc:
+                return _fail(exc.code, exc.message)
+            grown = replace(topic, partitions=topic.partitions + tuple(
+                PartitionImage(current + i, r[0], 0, r, r) for i, r in enumerate(placed)
+            ))
+        else:
+            grown = add_partitions(topic, count, self.node_id)
         if validate_only:
             return Outcome(topic=grown)
-        await self.store.commit(self.store.image.with_topic(grown))
-        self.logs.create_logs(name, [p.index for p in grown.partitions[current:]], self.log_config(grown))
+        lost = await self._commit(self.store.image.with_topic(grown))
+        if lost is not None:
+            return lost
+        if not self.clustered:
+            self.logs.create_logs(name, [p.index for p in grown.partitions[current:]], self.log_config(grown))
         return Outcome(topic=grown)
 
     # -- configs ---------------------------------------------------------------------------------
@@ -198,7 +263,9 @@ class TopicAdmin:
         changed = topic.with_configs(overrides)
         if validate_only:
             return Outcome(topic=changed)
-        await self.store.commit(self.store.image.with_topic(changed))
+        lost = await self._commit(self.store.image.with_topic(changed))
+        if lost is not None:
+            return lost
         self.apply_log_configs(changed)
         return Outcome(topic=changed)
 

@@ -243,7 +243,16 @@ _BROKER: list[Setting] = [
     Setting("metrics.host", Type.STRING, "0.0.0.0", "Address the HTTP metrics/health endpoint binds (0.0.0.0: all interfaces).", _B),
     Setting("log.format", Type.STRING, "text", "Broker log lines: text (human) or json (one JSON object per line).", _B, False, one_of("text", "json")),
     Setting("cluster.id", Type.STRING, None, "Cluster id; generated and stored in meta.properties on first start when unset.", _B),
-    Setting("controlled.shutdown.enable", Type.BOOLEAN, True, "Accepted for compatibility.", _B),
+    Setting("controlled.shutdown.enable", Type.BOOLEAN, True, "Clusters: on SIGTERM, leadership moves to other ISR members before the broker stops.", _B),
+    # Replication (clusters; docs/cluster.md).
+    Setting("replica.lag.time.max.ms", Type.LONG, 30_000, "A follower not caught up with the leader for this long leaves the ISR.", _B, False, at_least(1)),
+    Setting("replica.fetch.max.bytes", Type.INT, 1_048_576, "Bytes a follower asks for per partition in one fetch.", _B, False, at_least(0)),
+    Setting("replica.fetch.response.max.bytes", Type.INT, 10_485_760, "Bytes a follower asks for in one fetch, all partitions together.", _B, False, at_least(0)),
+    Setting("replica.fetch.wait.max.ms", Type.INT, 500, "How long a follower's fetch may wait at the leader for new data.", _B, False, at_least(0)),
+    Setting("replica.fetch.min.bytes", Type.INT, 1, "Bytes a follower's fetch waits for at the leader.", _B, False, at_least(1)),
+    Setting("replica.fetch.backoff.ms", Type.INT, 1000, "Pause of a follower after a failed fetch.", _B, False, at_least(0)),
+    Setting("inter.broker.listener.name", Type.STRING, None, "Listener brokers use to reach each other (default: the first of listeners; PLAINTEXT only for now).", _B),
+    Setting("auto.leader.rebalance.enable", Type.BOOLEAN, True, "Move leadership back to preferred replicas (accepted; preferred-leader balancing comes with the placement issue).", _B),
     # Security (docs/security.md). "Per listener": also settable as listener.name.<listener>.<key>.
     Setting("ssl.keystore.type", Type.STRING, "PEM", "Format of ssl.keystore.location; tidelog reads PEM only. Per listener.", _B, False, one_of("PEM")),
     Setting("ssl.keystore.location", Type.STRING, None, "PEM file with the listener's certificate (chain) and private key. Per listener.", _B),

@@ -16,7 +16,7 @@ from tidelog.broker.authz import (
     authorized_operations,
     cluster_authorized_operations,
 )
-from tidelog.broker.context import BrokerContext, ConnectionInfo
+from tidelog.broker.context import BrokerContext, ConnectionInfo, Endpoint
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.errors import ErrorCode
 from tidelog.common.names import topic_name_problem
@@ -40,17 +40,39 @@ async def api_versions(ctx: BrokerContext, conn: ConnectionInfo, header: Request
     return b.make("ApiVersionsResponse", error_code=ErrorCode.NONE, api_keys=keys, throttle_time=NO_THROTTLE)
 
 
+def live_brokers(ctx: BrokerContext, listener: Endpoint) -> list[tuple[int, str, int, str | None]]:
+    """(node id, host, port, rack) of every live broker, as reached on ``listener``'s name.
+
+    A single node is its own only broker; in a cluster the image's registrations (a broker without a
+    listener of that name is left out, as Kafka does)."""
+    if not ctx.image.brokers:
+        endpoint = ctx.endpoint_for(listener)
+        return [(ctx.node_id, endpoint.host, endpoint.port, ctx.rack)]
+    found = []
+    for broker in ctx.image.live_brokers():
+        registered = broker.endpoint(listener.name)
+        if registered is not None:
+            found.append((broker.node_id, registered.host, registered.port, broker.rack))
+    return found
+
+
+def controller_id(ctx: BrokerContext) -> int:
+    return ctx.node_id if not ctx.image.brokers else ctx.image.controller_id
+
+
 def _topic_entry(ctx: BrokerContext, b: Any, topic: TopicImage, operations: int = UNAUTHORIZED_OPERATIONS) -> Any:
+    live = ctx.image.brokers
     partitions = tuple(
         b.make(
             "MetadataResponsePartition",
-            error_code=ErrorCode.NONE,
+            # Kafka: a partition with no leader is LEADER_NOT_AVAILABLE, listed with its replicas and ISR.
+            error_code=ErrorCode.LEADER_NOT_AVAILABLE if p.leader < 0 else ErrorCode.NONE,
             partition_index=p.index,
             leader_id=p.leader,
             leader_epoch=p.leader_epoch,
             replica_nodes=p.replicas,
             isr_nodes=p.isr,
-            offline_replicas=(),
+            offline_replicas=tuple(r for r in p.replicas if r not in live) if live else (),
         )
         for p in topic.partitions
     )
@@ -130,14 +152,16 @@ async def metadata(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHead
                 entries.append(await _auto_create(ctx, b, name))
             else:
                 entries.append(_error_entry(b, name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-    endpoint = ctx.endpoint_for(conn.listener)
-    broker = b.make("MetadataResponseBroker", node_id=ctx.node_id, host=endpoint.host, port=endpoint.port, rack=ctx.rack)
+    brokers = tuple(
+        b.make("MetadataResponseBroker", node_id=node, host=host, port=port, rack=rack)
+        for node, host, port, rack in live_brokers(ctx, conn.listener)
+    )
     return b.make(
         "MetadataResponse",
         throttle_time=NO_THROTTLE,
-        brokers=(broker,),
+        brokers=brokers,
         cluster_id=ctx.cluster_id,
-        controller_id=ctx.node_id,
+        controller_id=controller_id(ctx),
         topics=tuple(entries),
         cluster_authorized_operations=cluster_authorized_operations(ctx, conn)
         if getattr(request, "include_cluster_authorized_operations", False)
@@ -175,9 +199,9 @@ async def describe_cluster(ctx: BrokerContext, conn: ConnectionInfo, header: Req
             controller_id=-1,
             brokers=(),
         )
-    endpoint = ctx.endpoint_for(conn.listener)
-    broker = b.make(
-        "DescribeClusterBroker", broker_id=ctx.node_id, host=endpoint.host, port=endpoint.port, rack=ctx.rack, is_fenced=False
+    brokers = tuple(
+        b.make("DescribeClusterBroker", broker_id=node, host=host, port=port, rack=rack, is_fenced=False)
+        for node, host, port, rack in live_brokers(ctx, conn.listener)
     )
     return b.make(
         "DescribeClusterResponse",
@@ -186,8 +210,8 @@ async def describe_cluster(ctx: BrokerContext, conn: ConnectionInfo, header: Req
         error_message=None,
         endpoint_type=1,
         cluster_id=ctx.cluster_id,
-        controller_id=ctx.node_id,
-        brokers=(broker,),
+        controller_id=controller_id(ctx),
+        brokers=brokers,
         cluster_authorized_operations=cluster_authorized_operations(ctx, conn)
         if getattr(request, "include_cluster_authorized_operations", False)
         else UNAUTHORIZED_OPERATIONS,

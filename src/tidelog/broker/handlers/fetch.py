@@ -11,6 +11,11 @@ The rules, Kafka's:
   purgatory; an append to any of its partitions wakes it to read again. It answers when enough bytes
   are there or ``max_wait_ms`` has passed, never by polling.
 - With a fetch session (KIP-227) an incremental response lists only partitions with news.
+- In a cluster only a partition's leader serves it (NOT_LEADER_OR_FOLLOWER elsewhere). A follower's
+  fetch (``replica_id`` set) first reports the follower's log end offset (its fetch offset) to the
+  replica manager, which may move the high watermark and the ISR; it then reads up to the log end,
+  not the high watermark. A fetch from a broker that is not a replica, or with a stale or future
+  leader epoch, is refused with Kafka's error and changes nothing.
 
 Kafka sends the log slice up to the byte limit, whose last batch may be partial (clients drop it);
 tidelog ends at the last whole batch, found from the offset index without walking the batches before
@@ -93,7 +98,7 @@ def _topic_name(image: Any, topic: Any, version: int) -> tuple[str, Any]:
 
 def _read_partition(
     ctx: BrokerContext, tp: TopicPartition, state: SessionPartition, leader_epoch: int,
-    max_bytes: int, min_one_batch: bool, read_committed: bool,
+    max_bytes: int, min_one_batch: bool, read_committed: bool, replica: bool = False,
 ) -> PartitionRead:
     result = PartitionRead(tp, state)
     topic, partition = tp
@@ -101,8 +106,13 @@ def _read_partition(
         if topic.startswith("\x00"):
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)
         plog = partition_log(ctx, topic, partition)
+        if ctx.replicas is not None:
+            ctx.replicas.leader_state(tp)  # NOT_LEADER_OR_FOLLOWER unless led here
         check_leader_epoch(ctx, topic, partition, leader_epoch)
-        limit = plog.last_stable_offset if read_committed else plog.high_watermark
+        if replica:
+            limit: int | None = None  # followers copy up to the log end
+        else:
+            limit = plog.last_stable_offset if read_committed else plog.high_watermark
         data = plog.read(
             state.fetch_offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch, isolation_committed=read_committed
         )
@@ -125,17 +135,23 @@ def _read_partition(
 
 def _read_all(
     ctx: BrokerContext, fetch_ctx: FetchContext, epochs: dict[TopicPartition, int], max_bytes: int, read_committed: bool,
-    denied: frozenset[str],
+    denied: frozenset[str], refused: dict[TopicPartition, ErrorCode] | None = None,
 ) -> list[PartitionRead]:
+    """``refused`` (follower fetches): partitions the replica manager refused, with their error."""
     results = []
     remaining = max_bytes
     for tp, state in fetch_ctx.partitions:
         if denied and tp[0] in denied:
             results.append(PartitionRead(tp, state, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
             continue
+        if refused is not None and tp in refused:
+            results.append(PartitionRead(tp, state, refused[tp]))
+            continue
         first_with_data = remaining == max_bytes
         budget = max(0, min(state.max_bytes, remaining))
-        result = _read_partition(ctx, tp, state, epochs.get(tp, -1), budget, first_with_data, read_committed)
+        result = _read_partition(
+            ctx, tp, state, epochs.get(tp, -1), budget, first_with_data, read_committed, replica=refused is not None
+        )
         remaining -= result.size
         results.append(result)
     return results
@@ -156,8 +172,11 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
     deadline = loop.time() + max_wait_ms / 1000
     tps = [tp for tp, _ in fetch_ctx.partitions]
     denied = _unreadable(ctx, conn, request, tps)
+    refused = _follower_fetched(ctx, request, fetch_ctx, epochs, denied)
+    if refused is not None:
+        read_committed = False  # followers copy everything; isolation is for consumers
     while True:
-        results = _read_all(ctx, fetch_ctx, epochs, max_bytes, read_committed, denied)
+        results = _read_all(ctx, fetch_ctx, epochs, max_bytes, read_committed, denied, refused)
         enough = sum(r.size for r in results) >= request.min_bytes
         errors = any(r.error is not ErrorCode.NONE for r in results)
         remaining = deadline - loop.time()
@@ -182,12 +201,36 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
     return _response(fetch_ctx, results, version)
 
 
+def _replica_id(request: Any) -> int:
+    replica_state = getattr(request, "replica_state", None)
+    return int(replica_state.replica_id if replica_state is not None else getattr(request, "replica_id", -1))
+
+
+def _follower_fetched(
+    ctx: BrokerContext, request: Any, fetch_ctx: FetchContext, epochs: dict[TopicPartition, int], denied: frozenset[str],
+) -> dict[TopicPartition, ErrorCode] | None:
+    """A follower's fetch in a cluster: report each fetch offset as that follower's log end offset.
+
+    None for consumers (and on a single node); else the partitions refused, with their error."""
+    replica = _replica_id(request)
+    if replica < 0 or ctx.replicas is None:
+        return None
+    refused: dict[TopicPartition, ErrorCode] = {}
+    for tp, state in fetch_ctx.partitions:
+        if tp[0] in denied:
+            continue
+        try:
+            ctx.replicas.follower_fetched(tp, replica, state.fetch_offset, epochs.get(tp, -1))
+        except KafkaError as exc:
+            refused[tp] = exc.code
+    return refused
+
+
 def _unreadable(ctx: BrokerContext, conn: ConnectionInfo, request: Any, tps: list[TopicPartition]) -> frozenset[str]:
     """Topics this fetch may not read: READ per topic for consumers, CLUSTER_ACTION for followers."""
     if ctx.authorizer is None:
         return frozenset()
-    replica_state = getattr(request, "replica_state", None)
-    replica_id = replica_state.replica_id if replica_state is not None else getattr(request, "replica_id", -1)
+    replica_id = _replica_id(request)
     # Names starting with NUL stand for unknown topic ids: they answer UNKNOWN_TOPIC_ID, not an ACL error.
     names = {topic for topic, _ in tps if not topic.startswith("\x00")}
     if replica_id >= 0:

@@ -3,8 +3,15 @@
 Produce appends each partition's batches as received (validated, offsets assigned in place by the
 storage engine), flushes off the event loop when ``flush.messages``/``flush.ms`` ask for it, wakes the
 fetches waiting on the partition, and answers one error code per partition: a bad partition never
-fails its neighbours. On this single node acks=all is satisfied as soon as the leader has appended
+fails its neighbours. On a single node acks=all is satisfied as soon as the leader has appended
 (the in-sync replica set is the leader alone); acks=0 gets no response at all.
+
+In a cluster (``ctx.replicas`` set) a partition is written only by its current leader
+(NOT_LEADER_OR_FOLLOWER otherwise, and while the broker's metadata session is in doubt), acks=all is
+refused with NOT_ENOUGH_REPLICAS before the append when the ISR is smaller than
+``min.insync.replicas``, and its answer waits until the high watermark passes the batch: every ISR
+member holds it (REQUEST_TIMED_OUT after the request's ``timeout_ms``;
+NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below the minimum meanwhile).
 """
 
 from __future__ import annotations
@@ -52,9 +59,11 @@ RECORD_LEVEL = frozenset({ErrorCode.INVALID_TIMESTAMP, ErrorCode.INVALID_RECORD}
 
 def _append_one(
     ctx: BrokerContext, conn: ConnectionInfo, topic: str, pdata: Any, acks: int, denied: ErrorCode | None,
-    to_flush: list[PartitionLog], woken: list[bool],
+    to_flush: list[PartitionLog], woken: list[bool], replicated: list[tuple[int, int]],
 ) -> ProducePartitionResult:
-    """Append one partition's batches; every failure becomes that partition's error code alone."""
+    """Append one partition's batches; every failure becomes that partition's error code alone.
+
+    In a cluster with acks=all, ``replicated`` gets (partition, offset the high watermark must reach)."""
     plog: PartitionLog | None = None
     message: str | None = None
     try:
@@ -73,8 +82,18 @@ def _append_one(
         plog = partition_log(ctx, topic, pdata.index)
         if records is None:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "records are null")
-        leader_epoch = ctx.image.topics[topic].partitions[pdata.index].leader_epoch
+        replicas = ctx.replicas
+        if replicas is None:
+            leader_epoch = ctx.image.topics[topic].partitions[pdata.index].leader_epoch
+        else:
+            min_insync = ctx.topics.resolved_config(ctx.image.topics[topic]).get("min.insync.replicas")
+            state = replicas.check_writable((topic, pdata.index), acks, int(min_insync) if isinstance(min_insync, int) else 1)
+            leader_epoch = state.leader_epoch
         info = plog.append_as_leader(pdata.records, leader_epoch=leader_epoch, now_ms=ctx.now_ms())
+        if replicas is not None:
+            replicas.appended((topic, pdata.index), plog)
+            if acks == -1:
+                replicated.append((pdata.index, info.last_offset + 1))
         if info.needs_flush:
             to_flush.append(plog)
         if not info.duplicate:
@@ -130,6 +149,7 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
     to_flush: list[PartitionLog] = []
     woken = [False]  # set when an append woke a waiting fetch
     topics: list[tuple[str, Any, list[ProducePartitionResult]]] = []
+    waits: list[tuple[str, list[ProducePartitionResult], list[tuple[int, int]]]] = []
     transactional_id = getattr(request, "transactional_id", None)
     txn_denied = transactional_id is not None and not authorize(ctx, conn, Op.WRITE, TRANSACTIONAL_ID, transactional_id)
     for topic_data in request.topic_data:
@@ -142,12 +162,15 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
         elif not authorize(ctx, conn, Op.WRITE, TOPIC, name):
             denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         partitions = []
+        replicated: list[tuple[int, int]] = []
         for pdata in topic_data.partition_data:
             refused = denied
             if transactional_id is not None and refused is None:
                 refused = _unverified_txn(ctx, transactional_id, name or "", pdata)
-            partitions.append(_append_one(ctx, conn, name or "", pdata, acks, refused, to_flush, woken))
+            partitions.append(_append_one(ctx, conn, name or "", pdata, acks, refused, to_flush, woken, replicated))
         topics.append((name or "", getattr(topic_data, "topic_id", None), partitions))
+        if replicated:
+            waits.append((name or "", partitions, replicated))
     loop = asyncio.get_running_loop()
     for plog in to_flush:
         # fsync runs on a worker thread: the event loop keeps serving other connections meanwhile.
@@ -156,9 +179,30 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
         # Let the woken fetches answer their consumers before this producer hears back: end-to-end
         # latency is the consumer's, and the producer's ack loses only one turn of the event loop.
         await asyncio.sleep(0)
+    if waits:
+        await _wait_for_replication(ctx, waits, request.timeout.total_seconds() * 1000)
     if acks == 0:
         return None
     return ProduceResult(header.api_version, topics)
+
+
+async def _wait_for_replication(
+    ctx: BrokerContext, waits: list[tuple[str, list[ProducePartitionResult], list[tuple[int, int]]]], timeout_ms: float,
+) -> None:
+    """acks=all in a cluster: each appended partition's answer waits for its high watermark."""
+    replicas = ctx.replicas
+    assert replicas is not None
+    pending = [
+        (results, index, replicas.wait_for_high_watermark((topic, index), required, int(timeout_ms)))
+        for topic, results, replicated in waits for index, required in replicated
+    ]
+    outcomes = await asyncio.gather(*(wait for _, _, wait in pending))
+    for (results, index, _), error in zip(pending, outcomes, strict=True):
+        if error is ErrorCode.NONE:
+            continue
+        for i, result in enumerate(results):
+            if result.partition == index and result.error_code == ErrorCode.NONE:
+                results[i] = result._replace(error_code=error, base_offset=-1, log_append_time=-1, log_start_offset=-1)
 
 
 async def init_producer_id(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:

@@ -1,0 +1,344 @@
+"""The replica manager: this broker's part in replication, driven by the cluster image.
+
+Only in a cluster (``metadata.store=etcd://...``); a single node has none and keeps its high watermark
+at the log end. On every image the store publishes (``apply``), each partition this broker holds a
+replica of becomes one of:
+
+- **led**: the log gets the new leader epoch's start offset (``begin_leader_epoch``), and a
+  :class:`~tidelog.replication.leader_state.LeaderState` tracks the followers' fetches, the ISR and the
+  high watermark. ISR changes it proposes are written to the store with compare-and-set
+  (``alter_partition``) and take effect when the store confirms them;
+- **followed**: the partition is handed to the follower fetcher of its leader (one per leader broker);
+- **offline** (no leader): neither; the log stays as it is.
+
+A partition whose topic left the image, or that no longer lists this broker, has its log deleted.
+
+Producers waiting for acks=all wait here (``wait_for_high_watermark``) until the high watermark passes
+their batch. A broker whose metadata lease is in doubt (``store.lease_valid()`` false: no renewal for
+``broker.session.timeout.ms`` minus two heartbeats) refuses writes as leader, so it stops acting as
+leader before the controller can elect another (the timing argument: docs/dev/cluster-design.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from tidelog.common.config import BrokerConfig
+from tidelog.common.errors import ErrorCode, KafkaError
+from tidelog.metadata.image import BrokerRegistration, ClusterImage, PartitionImage
+from tidelog.replication.fetcher import FetcherSettings, FollowerFetcher
+from tidelog.replication.leader_state import IsrProposal, LeaderState
+from tidelog.storage.log import PartitionLog
+from tidelog.storage.log_config import LogConfig
+from tidelog.storage.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+class ReplicationStore(Protocol):
+    """What the replica manager needs of the metadata store (metadata/etcd_store.py)."""
+
+    image: ClusterImage
+
+    def lease_valid(self) -> bool: ...
+
+    async def alter_partition(self, topic: str, index: int, expected: PartitionImage, new: PartitionImage) -> bool: ...
+
+
+@dataclass(slots=True)
+class Waiter:
+    required_offset: int
+    future: asyncio.Future[ErrorCode]
+
+
+def fetcher_settings(config: BrokerConfig) -> FetcherSettings:
+    return FetcherSettings(
+        max_bytes=config.get_int("replica.fetch.response.max.bytes"),
+        partition_max_bytes=config.get_int("replica.fetch.max.bytes"),
+        max_wait_ms=config.get_int("replica.fetch.wait.max.ms"),
+        min_bytes=config.get_int("replica.fetch.min.bytes"),
+        backoff_ms=config.get_int("replica.fetch.backoff.ms"),
+    )
+
+
+class ReplicaManager:
+    def __init__(
+        self, node_id: int, config: BrokerConfig, store: ReplicationStore, logs: LogManager,
+        log_config: Callable[[str], LogConfig], min_insync: Callable[[str], int],
+        wake_fetches: Callable[[TopicPartition], object], now_ms: Callable[[], int],
+    ) -> None:
+        self.node_id = node_id
+        self.config = config
+        self.store = store
+        self.logs = logs
+        self.log_config = log_config
+        self.min_insync = min_insync
+        self.wake_fetches = wake_fetches
+        self.now_ms = now_ms
+        self.lag_time_max_ms = config.get_int("replica.lag.time.max.ms")
+        self.listener = self._inter_broker_listener(config)
+        self.settings = fetcher_settings(config)
+        self.leaders: dict[TopicPartition, LeaderState] = {}
+        self.followed: dict[TopicPartition, int] = {}
+        self.fetchers: dict[int, FollowerFetcher] = {}
+        self.waiters: dict[TopicPartition, list[Waiter]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._lag_task: asyncio.Task[None] | None = None
+        self._fenced = False
+
+    @staticmethod
+    def _inter_broker_listener(config: BrokerConfig) -> str:
+        named = config.get("inter.broker.listener.name")
+        if named:
+            return str(named).upper()
+        listeners = config.get("listeners")
+        assert isinstance(listeners, list) and listeners
+        return listeners[0].split("://", 1)[0].upper()
+
+    # -- life cycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._lag_task = asyncio.get_running_loop().create_task(self._watch_lag(), name="isr-lag-check")
+        self.apply(self.store.image)
+
+    async def stop(self) -> None:
+        if self._lag_task is not None:
+            self._lag_task.cancel()
+        for fetcher in self.fetchers.values():
+            await fetcher.stop()
+        self.fetchers.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        for tp in list(self.waiters):
+            self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+    # -- applying the image -----------------------------------------------------------------------
+
+    def on_image(self, _old: ClusterImage, new: ClusterImage) -> None:
+        self.apply(new)
+
+    def apply(self, image: ClusterImage) -> None:
+        held: set[TopicPartition] = set()
+        for topic in image.topics.values():
+            for partition in topic.partitions:
+                if self.node_id not in partition.replicas:
+                    continue
+                tp = (topic.name, partition.index)
+                held.add(tp)
+                try:
+                    plog = self.logs.get_log(*tp) or self.logs.create_log(topic.name, partition.index, self.log_config(topic.name))
+                except Exception:
+                    log.exception("cannot open the log of %s-%d", *tp)
+                    continue
+                if partition.leader == self.node_id:
+                    self._lead(tp, partition, plog)
+                elif partition.leader >= 0:
+                    self._follow(tp, partition)
+                else:
+                    self._release(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        for tp in set(self.leaders) | set(self.followed):
+            if tp not in held:
+                self._release(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        for topic_name, index in self.logs.all_partitions():
+            if (topic_name, index) not in held:
+                known = image.topics.get(topic_name)
+                reason = "its topic is gone" if known is None else "this broker is no longer a replica"
+                log.info("deleting the log of %s-%d: %s", topic_name, index, reason)
+                self.logs.delete_log(topic_name, index)
+                self.wake_fetches((topic_name, index))
+
+    def _lead(self, tp: TopicPartition, partition: PartitionImage, plog: PartitionLog) -> None:
+        current = self.leaders.get(tp)
+        if current is not None and current.leader_epoch == partition.leader_epoch:
+            if partition.partition_epoch > current.partition_epoch:
+                self._set_high_watermark(tp, plog, current.isr_committed(partition.isr, partition.partition_epoch, plog.log_end_offset))
+            current.replicas = partition.replicas
+            return
+        self._unfollow(tp)
+        plog.begin_leader_epoch(partition.leader_epoch)
+        self.leaders[tp] = LeaderState.become_leader(
+            self.node_id, partition.leader_epoch, partition.partition_epoch, partition.replicas, partition.isr,
+            plog.log_end_offset, plog.high_watermark, self.now_ms(), self.lag_time_max_ms,
+        )
+        log.info("leading %s-%d at epoch %d (ISR %s, log end %d, high watermark %d)", *tp, partition.leader_epoch,
+                 list(partition.isr), plog.log_end_offset, plog.high_watermark)
+        self._set_high_watermark(tp, plog, self.leaders[tp].on_append(plog.log_end_offset))
+
+    def _follow(self, tp: TopicPartition, partition: PartitionImage) -> None:
+        if tp in self.leaders:
+            del self.leaders[tp]
+            self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            self.wake_fetches(tp)
+        previous = self.followed.get(tp)
+        if previous is not None and previous != partition.leader:
+            self._unfollow(tp)
+        if previous != partition.leader:
+            log.info("following %s-%d from leader %d at epoch %d", *tp, partition.leader, partition.leader_epoch)
+        self.followed[tp] = partition.leader
+        self._fetcher(partition.leader).follow(tp, partition.leader_epoch)
+
+    def _unfollow(self, tp: TopicPartition) -> None:
+        leader = self.followed.pop(tp, None)
+        if leader is not None and leader in self.fetchers:
+            self.fetchers[leader].unfollow(tp)
+
+    def _release(self, tp: TopicPartition, error: ErrorCode) -> None:
+        self._unfollow(tp)
+        if self.leaders.pop(tp, None) is not None:
+            self._fail_waiters(tp, error)
+            self.wake_fetches(tp)
+
+    def _fetcher(self, leader: int) -> FollowerFetcher:
+        fetcher = self.fetchers.get(leader)
+        if fetcher is None:
+            fetcher = FollowerFetcher(self.node_id, leader, lambda: self._address(leader), self.logs, self.settings)
+            self.fetchers[leader] = fetcher
+            fetcher.start()
+        return fetcher
+
+    def _address(self, node_id: int) -> tuple[str, int] | None:
+        broker: BrokerRegistration | None = self.store.image.brokers.get(node_id)
+        if broker is None:
+            return None
+        for endpoint in broker.endpoints:
+            if endpoint.name.upper() == self.listener:
+                return endpoint.host, endpoint.port
+        return (broker.endpoints[0].host, broker.endpoints[0].port) if broker.endpoints else None
+
+    # -- the leader's side --------------------------------------------------------------------------
+
+    def leader_state(self, tp: TopicPartition) -> LeaderState:
+        """The partition's leader state; NOT_LEADER_OR_FOLLOWER unless this broker leads it now."""
+        state = self.leaders.get(tp)
+        if state is None:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return state
+
+    def check_writable(self, tp: TopicPartition, acks: int, min_insync: int) -> LeaderState:
+        state = self.leader_state(tp)
+        if not self.store.lease_valid():
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "this broker's metadata session is in doubt")
+        if acks == -1 and state.in_sync_count() < min_insync:
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"The size of the current ISR {list(state.isr)} is insufficient to satisfy the min.isr "
+                f"requirement of {min_insync} for partition {tp[0]}-{tp[1]}",
+            )
+        return state
+
+    def appended(self, tp: TopicPartition, plog: PartitionLog) -> None:
+        state = self.leaders.get(tp)
+        if state is not None:
+            self._set_high_watermark(tp, plog, state.on_append(plog.log_end_offset))
+
+    def follower_fetched(self, tp: TopicPartition, replica: int, fetch_offset: int, leader_epoch: int) -> None:
+        """Record a follower's fetch; raises KafkaError for a fetch the leader must refuse."""
+        state = self.leader_state(tp)
+        if leader_epoch >= 0 and leader_epoch < state.leader_epoch:
+            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
+        if leader_epoch > state.leader_epoch:
+            raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
+        if replica == self.node_id or replica not in state.replicas:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {replica} is not a replica of {tp[0]}-{tp[1]}")
+        plog = self.logs.get_log(*tp)
+        if plog is None:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if fetch_offset > plog.log_end_offset:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+        new_hw, proposal = state.on_follower_fetch(replica, fetch_offset, plog.log_end_offset, self.now_ms())
+        self._set_high_watermark(tp, plog, new_hw)
+        if proposal is not None:
+            self._propose(tp, state, proposal)
+
+    def _set_high_watermark(self, tp: TopicPartition, plog: PartitionLog, new_hw: int | None) -> None:
+        if new_hw is None:
+            return
+        hw = plog.update_high_watermark(new_hw)
+        self.wake_fetches(tp)
+        waiters = self.waiters.get(tp)
+        if not waiters:
+            return
+        state = self.leaders.get(tp)
+        min_insync = self.min_insync(tp[0])
+        keep = []
+        for waiter in waiters:
+            if waiter.future.done():
+                continue
+            if waiter.required_offset <= hw:
+                short = state is not None and len(state.maximal_isr) < min_insync
+                waiter.future.set_result(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND if short else ErrorCode.NONE)
+            else:
+                keep.append(waiter)
+        if keep:
+            self.waiters[tp] = keep
+        else:
+            del self.waiters[tp]
+
+    async def wait_for_high_watermark(self, tp: TopicPartition, required_offset: int, timeout_ms: int) -> ErrorCode:
+        """acks=all: wait until the high watermark reaches ``required_offset`` (the batch's end)."""
+        plog = self.logs.get_log(*tp)
+        if plog is not None and plog.high_watermark >= required_offset and tp in self.leaders:
+            return ErrorCode.NONE
+        future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        self.waiters.setdefault(tp, []).append(Waiter(required_offset, future))
+        try:
+            return await asyncio.wait_for(future, timeout_ms / 1000)
+        except TimeoutError:
+            return ErrorCode.REQUEST_TIMED_OUT
+
+    def _fail_waiters(self, tp: TopicPartition, error: ErrorCode) -> None:
+        for waiter in self.waiters.pop(tp, []):
+            if not waiter.future.done():
+                waiter.future.set_result(error)
+
+    # -- ISR changes ---------------------------------------------------------------------------------
+
+    def _propose(self, tp: TopicPartition, state: LeaderState, proposal: IsrProposal) -> None:
+        task = asyncio.get_running_loop().create_task(self._write_isr(tp, state, proposal))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _write_isr(self, tp: TopicPartition, state: LeaderState, proposal: IsrProposal) -> None:
+        topic = self.store.image.topics.get(tp[0])
+        current = topic.partitions[tp[1]] if topic is not None and tp[1] < len(topic.partitions) else None
+        if current is None or current.partition_epoch != proposal.partition_epoch or current.leader != self.node_id:
+            state.proposal_failed()
+            return
+        new = replace(current, isr=proposal.isr, partition_epoch=current.partition_epoch + 1)
+        try:
+            written = await self.store.alter_partition(tp[0], tp[1], current, new)
+        except Exception as exc:
+            log.warning("ISR change of %s-%d to %s not written: %s", *tp, list(proposal.isr), exc)
+            written = False
+        if self.leaders.get(tp) is not state:
+            return
+        plog = self.logs.get_log(*tp)
+        if not written or plog is None:
+            state.proposal_failed()
+            return
+        log.info("ISR of %s-%d: %s -> %s", *tp, list(current.isr), list(new.isr))
+        self._set_high_watermark(tp, plog, state.isr_committed(new.isr, new.partition_epoch, plog.log_end_offset))
+
+    async def _watch_lag(self) -> None:
+        interval = max(0.05, self.lag_time_max_ms / 2000)
+        while True:
+            await asyncio.sleep(min(interval, 0.5))
+            now = self.now_ms()
+            fenced = not self.store.lease_valid()
+            if fenced and not self._fenced:
+                log.warning("metadata session in doubt: refusing writes as leader until it is renewed")
+                for tp in list(self.waiters):
+                    self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            self._fenced = fenced
+            if fenced:
+                continue
+            for tp, state in list(self.leaders.items()):
+                proposal = state.check_lagging(now)
+                if proposal is not None:
+                    self._propose(tp, state, proposal)

@@ -1,0 +1,95 @@
+"""The controller's shell: while this broker holds the controller key, keep leaders and ISRs right.
+
+Whenever the image changes (a broker registered or vanished, a topic appeared) and once a second
+anyway, the controller compares every partition with the live brokers (``elections.partition_changes``)
+and writes each needed change as a compare-and-set on that partition's key. A lost compare means a
+leader changed the ISR meanwhile: the next pass sees the new state and decides again. Only the broker
+that holds the controller key acts; when it loses the key (its lease) it stops at once, and every
+write it still had in flight fails its compare if anybody else wrote the partition since.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from tidelog.controller.elections import NO_LEADER, partition_changes
+from tidelog.metadata.image import ClusterImage, PartitionImage
+
+log = logging.getLogger(__name__)
+
+PASS_INTERVAL_S = 1.0
+
+
+class ControllerStore(Protocol):
+    image: ClusterImage
+
+    @property
+    def is_controller(self) -> bool: ...
+
+    async def alter_partition(self, topic: str, index: int, expected: PartitionImage, new: PartitionImage) -> bool: ...
+
+
+class ControllerService:
+    def __init__(self, store: ControllerStore, unclean_allowed: Callable[[str], bool]) -> None:
+        self.store = store
+        self.unclean_allowed = unclean_allowed
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="controller")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    def on_image(self, old: ClusterImage, new: ClusterImage) -> None:
+        if old.brokers.keys() != new.brokers.keys() or old.topics is not new.topics or old.controller_id != new.controller_id:
+            self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), PASS_INTERVAL_S)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            if not self.store.is_controller:
+                continue
+            try:
+                await self.run_pass()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("controller pass failed; trying again")
+
+    async def run_pass(self) -> int:
+        """One comparison of every partition with the live brokers; the number of partitions changed."""
+        image = self.store.image
+        live = frozenset(image.brokers)
+        changed = 0
+        for topic, current, new in list(partition_changes(image, live, self.unclean_allowed)):
+            if not self.store.is_controller:
+                break
+            if await self.store.alter_partition(topic, current.index, current, new):
+                changed += 1
+                _log_change(topic, current, new)
+        return changed
+
+
+def _log_change(topic: str, old: PartitionImage, new: PartitionImage) -> None:
+    if new.leader != old.leader:
+        if new.leader == NO_LEADER:
+            log.warning("%s-%d is offline: no live in-sync replica (ISR %s)", topic, new.index, list(new.isr))
+        else:
+            log.info("elected broker %d leader of %s-%d at epoch %d (ISR %s)", new.leader, topic, new.index,
+                     new.leader_epoch, list(new.isr))
+    else:
+        log.info("ISR of %s-%d: %s -> %s (dead brokers removed)", topic, new.index, list(old.isr), list(new.isr))
