@@ -244,6 +244,10 @@ _BROKER: list[Setting] = [
     Setting("log.format", Type.STRING, "text", "Broker log lines: text (human) or json (one JSON object per line).", _B, False, one_of("text", "json")),
     Setting("cluster.id", Type.STRING, None, "Cluster id; generated and stored in meta.properties on first start when unset.", _B),
     Setting("controlled.shutdown.enable", Type.BOOLEAN, True, "Clusters: on SIGTERM, leadership moves to other ISR members before the broker stops.", _B),
+    # Clusters (docs/cluster.md).
+    Setting("metadata.store", Type.STRING, None, "tidelog: where the cluster metadata lives: unset for the local file (a single node), or etcd://host:port[,host:port...]/prefix for a cluster.", _B),
+    Setting("broker.session.timeout.ms", Type.INT, 9000, "A broker whose metadata lease is not renewed for this long is dead to the cluster (its etcd lease TTL).", _B, False, at_least(1)),
+    Setting("broker.heartbeat.interval.ms", Type.INT, 2000, "How often a broker renews its metadata lease.", _B, False, at_least(1)),
     # Replication (clusters; docs/cluster.md).
     Setting("replica.lag.time.max.ms", Type.LONG, 30_000, "A follower not caught up with the leader for this long leaves the ISR.", _B, False, at_least(1)),
     Setting("replica.fetch.max.bytes", Type.INT, 1_048_576, "Bytes a follower asks for per partition in one fetch.", _B, False, at_least(0)),
