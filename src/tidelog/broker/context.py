@@ -13,7 +13,7 @@ from tidelog.broker.purgatory import FetchPurgatory
 from tidelog.broker.topic_admin import TopicAdmin
 from tidelog.common.config import BrokerConfig
 from tidelog.metadata.image import ClusterImage
-from tidelog.metadata.local_store import LocalMetadataStore
+from tidelog.metadata.store import MetadataStore
 from tidelog.observability.broker_metrics import BrokerMetrics, RequestTimer
 from tidelog.observability.registry import Registry
 from tidelog.security.access import AccessGate
@@ -66,7 +66,7 @@ class BrokerContext:
     config: BrokerConfig
     node_id: int
     cluster_id: str
-    store: LocalMetadataStore
+    store: MetadataStore
     logs: LogManager
     topics: TopicAdmin
     endpoints: list[Endpoint]

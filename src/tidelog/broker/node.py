@@ -1,10 +1,17 @@
-"""The composition root: build a single-node broker from its configuration, run it, stop it.
+"""The composition root: build a broker from its configuration, run it, stop it.
 
 Start-up order: check/create ``meta.properties`` in each log dir (cluster and node identity), load the
 metadata image, open every partition log (recovering after an unclean shutdown), repair logs the image
 and the disk disagree on, open the listeners, then print the ``started`` line. Shutdown reverses it:
 stop accepting, let in-flight requests finish, flush and checkpoint the logs, write the clean-shutdown
 marker.
+
+In a cluster (``metadata.store=etcd://...``) the image comes from etcd (its cluster id wins and must
+match ``meta.properties``), and after the listeners open the broker registers under its lease (waiting
+up to a session timeout for the lease of a previous life of the same node to expire), starts the replica
+manager (leaders, followers, ISR) and stands as a controller candidate. SIGTERM with
+``controlled.shutdown.enable`` first drops the registration, so the controller moves leadership to other
+ISR members, waits for that to reach this broker, then stops.
 """
 
 from __future__ import annotations
@@ -14,16 +21,23 @@ import functools
 import logging
 import pathlib
 import signal
+import time
+import uuid
 
 from tidelog.broker.context import BrokerContext, Endpoint
 from tidelog.broker.group_metrics import consumer_lag, group_counts_by_state
 from tidelog.broker.group_runtime import GroupRuntime
 from tidelog.broker.producer_ids import ProducerIdAllocator
+from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.broker.server import Server
 from tidelog.broker.topic_admin import TopicAdmin
 from tidelog.broker.txn_runtime import TxnRuntime
 from tidelog.common.config import BrokerConfig, resolve_topic_config
 from tidelog.common.errors import ConfigError
+from tidelog.controller.service import ControllerService
+from tidelog.metadata.errors import DuplicateBrokerError
+from tidelog.metadata.etcd_store import EtcdMetadataStore
+from tidelog.metadata.image import BrokerEndpoint, BrokerRegistration
 from tidelog.metadata.local_store import LocalMetadataStore
 from tidelog.metadata.meta_properties import ensure_meta_properties
 from tidelog.observability.service import ObservabilityService
@@ -75,6 +89,8 @@ class BrokerNode:
         self.ctx: BrokerContext | None = None
         self.logs: LogManager | None = None
         self._stop = asyncio.Event()
+        self.cluster_store: EtcdMetadataStore | None = None
+        self.controller: ControllerService | None = None
         metrics_port = config.get("metrics.port")
         self.obs = ObservabilityService(
             str(config.get("metrics.host")), metrics_port if isinstance(metrics_port, int) else None
@@ -83,10 +99,17 @@ class BrokerNode:
     def open_storage(self) -> BrokerContext:
         for directory in self.log_dirs:
             directory.mkdir(parents=True, exist_ok=True)
-        cluster_id = ensure_meta_properties(self.log_dirs, self.node_id, self._optional_str("cluster.id"))
-        store = LocalMetadataStore(self.log_dirs[0], cluster_id)
+        clustered = self.cluster_store is not None
+        store: LocalMetadataStore | EtcdMetadataStore
+        if self.cluster_store is not None:
+            cluster_id = ensure_meta_properties(self.log_dirs, self.node_id, self.cluster_store.image.cluster_id)
+            store = self.cluster_store
+        else:
+            cluster_id = ensure_meta_properties(self.log_dirs, self.node_id, self._optional_str("cluster.id"))
+            store = LocalMetadataStore(self.log_dirs[0], cluster_id)
         self.config.dynamic = dict(store.image.broker_configs)
-        self.logs = LogManager.from_broker_config(self.log_dirs, self.config)
+        # In a cluster the high watermark is the replicas' (replication-offset-checkpoint), not the log end.
+        self.logs = LogManager.from_broker_config(self.log_dirs, self.config, hw_follows_leo=not clustered)
 
         @functools.cache
         def config_for(topic: str) -> LogConfig:  # once per topic, not once per partition
@@ -95,8 +118,9 @@ class BrokerNode:
 
         self.logs.startup(config_for)
         self.obs.metrics.watch_logs(self.logs)
-        topics = TopicAdmin(self.config, store, self.logs, self.node_id)
-        topics.reconcile_logs()
+        topics = TopicAdmin(self.config, store, self.logs, self.node_id, clustered=clustered)
+        if not clustered:
+            topics.reconcile_logs()  # in a cluster the replica manager does this from the image
         self.ctx = BrokerContext(
             config=self.config,
             node_id=self.node_id,
@@ -132,6 +156,9 @@ class BrokerNode:
         await self.obs.start()
         self.obs.readiness.add("logs-loaded", lambda: self.ctx is not None)
         self.obs.readiness.add("listeners-open", lambda: self.server is not None and bool(self.server.bound))
+        store_url = self._optional_str("metadata.store")
+        if store_url:
+            self.cluster_store = await EtcdMetadataStore.open(store_url, cluster_id_hint=self._optional_str("cluster.id"))
         ctx = await asyncio.get_running_loop().run_in_executor(None, self.open_storage)
         ctx.groups = GroupRuntime(ctx)
         await ctx.groups.start()  # loads __consumer_offsets in the background
@@ -157,6 +184,8 @@ class BrokerNode:
         ctx.endpoints = self._advertised_endpoints(self.server.bound)
         assert self.logs is not None
         self.logs.start_background()
+        if self.cluster_store is not None:
+            await self._join_cluster(ctx, self.cluster_store)
         listeners = ",".join(f"{e.name}://{e.host}:{e.port}" for e in self.server.bound)
         metrics_host = self.config.get("metrics.host")
         metrics = f", metrics http://{metrics_host}:{self.obs.port}/metrics" if self.obs.port is not None else ""
@@ -164,6 +193,71 @@ class BrokerNode:
             "tidelog started: node %d, cluster %s, listeners %s, log dirs %s%s",
             self.node_id, ctx.cluster_id, listeners, ",".join(map(str, self.log_dirs)), metrics,
         )
+
+    async def _join_cluster(self, ctx: BrokerContext, store: EtcdMetadataStore) -> None:
+        """Register under a lease, then lead and follow what the image says, then stand for controller."""
+        registration = BrokerRegistration(
+            self.node_id, ctx.rack,
+            tuple(BrokerEndpoint(e.name, e.host, e.port, e.security_protocol) for e in ctx.endpoints),
+            uuid.uuid4().hex,
+        )
+        session_ms = self.config.get_int("broker.session.timeout.ms")
+        heartbeat_ms = self.config.get_int("broker.heartbeat.interval.ms")
+        # A previous life of this node (kill -9, then a quick restart) holds the key until its lease
+        # expires: wait that long. A key still held after it belongs to another live process.
+        give_up = time.monotonic() + (session_ms + 2 * heartbeat_ms) / 1000
+        while True:
+            try:
+                await store.register_broker(registration, session_ms, heartbeat_ms)
+                break
+            except DuplicateBrokerError:
+                if time.monotonic() >= give_up:
+                    raise
+                await asyncio.sleep(heartbeat_ms / 2000)
+        topics = ctx.topics
+
+        def min_insync(topic: str) -> int:
+            known = store.image.topics.get(topic)
+            value = topics.resolved_config(known).get("min.insync.replicas") if known is not None else 1
+            return value if isinstance(value, int) else 1
+
+        def log_config(topic: str) -> LogConfig:
+            known = store.image.topics.get(topic)
+            return topics.log_config(known) if known is not None else LogConfig.from_topic_config(
+                resolve_topic_config(self.config, {}))
+
+        def unclean_allowed(topic: str) -> bool:
+            known = store.image.topics.get(topic)
+            return known is not None and bool(topics.resolved_config(known).get("unclean.leader.election.enable"))
+
+        replicas = ReplicaManager(self.node_id, self.config, store, ctx.logs, log_config, min_insync,
+                                  ctx.purgatory.notify, ctx.now_ms)
+        ctx.replicas = replicas
+        store.subscribe(replicas.on_image)
+        replicas.start()
+        self.controller = ControllerService(store, unclean_allowed)
+        store.subscribe(self.controller.on_image)
+        self.controller.start()
+        await store.campaign()
+        log.info("joined the cluster: %d broker(s) live, controller %d", len(store.image.brokers), store.image.controller_id)
+
+    async def _leave_cluster(self) -> None:
+        """Controlled shutdown: drop the registration so leadership moves away, and wait for it."""
+        store, ctx = self.cluster_store, self.ctx
+        if store is None:
+            return
+        if self.controller is not None:
+            await self.controller.stop()
+        await store.deregister()
+        replicas = ctx.replicas if ctx is not None else None
+        if replicas is not None and bool(self.config.get("controlled.shutdown.enable")) and replicas.leaders:
+            log.info("controlled shutdown: waiting for leadership of %d partition(s) to move", len(replicas.leaders))
+            deadline = time.monotonic() + self.config.get_int("broker.session.timeout.ms") / 1000
+            while replicas.leaders and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+        if replicas is not None:
+            await replicas.stop()
+        await store.close(revoke_lease=False)
 
     def _advertised_endpoints(self, bound: list[Endpoint]) -> list[Endpoint]:
         if self.advertised is not None:
@@ -175,6 +269,7 @@ class BrokerNode:
         ]
 
     async def stop(self) -> None:
+        await self._leave_cluster()
         if self.ctx is not None and self.ctx.transactions is not None:
             await self.ctx.transactions.stop()
         if self.ctx is not None and self.ctx.groups is not None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from tidelog.common.config import BrokerConfig, Value, parse_topic_configs, resolve_topic_config
 from tidelog.common.errors import ConfigError, ErrorCode, KafkaError
@@ -27,6 +26,7 @@ from tidelog.common.names import topic_name_problem
 from tidelog.controller.placement import assign_replicas
 from tidelog.metadata.errors import StaleMetadataError
 from tidelog.metadata.image import ClusterImage, PartitionImage, TopicImage, add_partitions, new_topic
+from tidelog.metadata.store import MetadataStore
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.manager import LogManager
 
@@ -48,12 +48,6 @@ class Outcome:
 
 def _fail(code: ErrorCode, message: str) -> Outcome:
     return Outcome(code, message)
-
-
-class MetadataStore(Protocol):
-    image: ClusterImage
-
-    async def commit(self, new_image: ClusterImage) -> None: ...
 
 
 class TopicAdmin:

@@ -356,6 +356,13 @@ class EtcdMetadataStore:
         """``callback(is_controller)`` whenever this broker gains or loses the controller role."""
         self._require_session().on_controller_change(callback)
 
+    async def deregister(self) -> None:
+        """Drop this broker's registration (and the controller key) now, but keep following etcd:
+        a controlled shutdown watches leadership move away before it stops."""
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close(revoke_lease=True)
+
     async def close(self, *, revoke_lease: bool = True) -> None:
         """Stop following etcd; revoking the lease drops the registration (and the controller key) now."""
         if self._session is not None:
