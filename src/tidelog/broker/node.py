@@ -248,8 +248,10 @@ class BrokerNode:
             return
         if self.controller is not None:
             await self.controller.stop()
-        await store.deregister()
         replicas = ctx.replicas if ctx is not None else None
+        if replicas is not None:
+            replicas.begin_shutdown()
+        await store.deregister()
         if replicas is not None and bool(self.config.get("controlled.shutdown.enable")) and replicas.leaders:
             log.info("controlled shutdown: waiting for leadership of %d partition(s) to move", len(replicas.leaders))
             deadline = time.monotonic() + self.config.get_int("broker.session.timeout.ms") / 1000

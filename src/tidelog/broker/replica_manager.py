@@ -107,9 +107,13 @@ class ReplicaManager:
         self._lag_task = asyncio.get_running_loop().create_task(self._watch_lag(), name="isr-lag-check")
         self.apply(self.store.image)
 
-    async def stop(self) -> None:
+    def begin_shutdown(self) -> None:
+        """Controlled shutdown: the registration is about to go; stop checking lag and fencing."""
         if self._lag_task is not None:
             self._lag_task.cancel()
+
+    async def stop(self) -> None:
+        self.begin_shutdown()
         for fetcher in self.fetchers.values():
             await fetcher.stop()
         self.fetchers.clear()

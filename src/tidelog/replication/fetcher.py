@@ -17,9 +17,10 @@ A broker that follows partitions led by broker L runs one ``FollowerFetcher`` fo
 
 Errors per partition: OFFSET_OUT_OF_RANGE below the leader's log start restarts the log at the
 leader's start; above the leader's end the partition is reconciled again (the leader changed under
-it). NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH: the metadata is about to
-move the partition; it is skipped until ``follow`` is called again with the new epoch. A connection
-failure backs off ``replica.fetch.backoff.ms`` and reconnects.
+it). NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH / UNKNOWN_TOPIC_OR_PARTITION:
+the leader has not applied the same metadata yet, or the metadata is about to move the partition; the
+partition rests ``replica.fetch.backoff.ms`` and is tried again (a new epoch from ``follow`` resets
+it at once). A connection failure backs off the same time and reconnects.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class FetcherSettings:
 class Followed:
     leader_epoch: int
     reconciled: bool = False
-    stale: bool = False  # the leader refused the epoch: wait for new metadata
+    resting_until: float = 0.0  # loop time: the leader refused the partition; try again after this
 
 
 class FollowerFetcher:
@@ -115,11 +116,17 @@ class FollowerFetcher:
     # -- the loop -------------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            active = {tp: f for tp, f in self.partitions.items() if not f.stale}
+            now = loop.time()
+            active = {tp: f for tp, f in self.partitions.items() if f.resting_until <= now}
             if not active:
                 self._changed.clear()
-                await self._changed.wait()
+                wake = min((f.resting_until for f in self.partitions.values()), default=None)
+                try:
+                    await asyncio.wait_for(self._changed.wait(), None if wake is None else max(0.0, wake - now))
+                except TimeoutError:
+                    pass
                 continue
             try:
                 connection = await self._connect()
@@ -176,9 +183,7 @@ class FollowerFetcher:
                 followed = pending_one
                 error = error_from_code(p.error_code)
                 if error is not ErrorCode.NONE:
-                    followed.stale = error in STALE_LEADER
-                    if not followed.stale:
-                        log.warning("OffsetForLeaderEpoch %s-%d from leader %d: %s", *tp, self.leader_id, error.name)
+                    self._rest(tp, followed, error, "OffsetForLeaderEpoch")
                     continue
                 self._truncate_to_leader(plog, int(p.leader_epoch), int(p.end_offset))
                 followed.reconciled = True
@@ -194,6 +199,13 @@ class FollowerFetcher:
             log.warning("truncating %s-%d from %d to %d to match leader %d (epoch %d)",
                         plog.topic, plog.partition, leo, target, self.leader_id, epoch)
             plog.truncate_to(target)
+
+    def _rest(self, tp: TopicPartition, followed: Followed, error: ErrorCode, what: str) -> None:
+        followed.resting_until = asyncio.get_running_loop().time() + self.settings.backoff_ms / 1000
+        (log.debug if error in STALE_LEADER else log.warning)(
+            "%s of %s-%d from leader %d: %s; trying again in %d ms", what, *tp, self.leader_id, error.name,
+            self.settings.backoff_ms,
+        )
 
     async def _fetch_once(self, connection: KafkaConnection, active: dict[TopicPartition, Followed]) -> None:
         s = self.settings
@@ -236,9 +248,7 @@ class FollowerFetcher:
                 followed.reconciled = False
             return
         if error is not ErrorCode.NONE:
-            followed.stale = error in STALE_LEADER
-            if not followed.stale:
-                log.warning("replica fetch of %s-%d from leader %d: %s", *tp, self.leader_id, error.name)
+            self._rest(tp, followed, error, "replica fetch")
             return
         records = p.records  # type: ignore[attr-defined]
         if records:

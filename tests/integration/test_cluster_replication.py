@@ -1,0 +1,224 @@
+"""Three brokers on etcd, driven by confluent-kafka: replication, failover, the ISR rules.
+
+Each test starts its own cluster (etcd + 3 broker subprocesses, 3 s sessions), because each one kills
+or stops brokers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from helpers.broker_process import register_failure_report
+from helpers.cluster import Cluster
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, pytestconfig: pytest.Config) -> Iterator[Cluster]:
+    register_failure_report(pytestconfig)
+    started = Cluster(tmp_path).start()
+    yield started
+    started.close()
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> dict[int, list[tuple[int, bytes]]]:
+    """Every record of ``topic`` up to its current end: partition → [(offset, value)]."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "checker", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    tps = [TopicPartition(topic, p, 0) for p in range(partitions)]
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    consumer.assign(tps)
+    got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+    deadline = time.monotonic() + timeout
+    while any((got[p][-1][0] + 1 if got[p] else 0) < ends[p] for p in got) and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is None or message.error():
+            continue
+        got[message.partition()].append((message.offset(), message.value()))
+    consumer.close()
+    return got
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], partition: int = 0) -> list[KafkaError | None]:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
+    errors: list[KafkaError | None] = []
+    for value in values:
+        producer.produce(topic, value=value, partition=partition, on_delivery=lambda e, _m: errors.append(e))
+    assert producer.flush(60) == 0
+    return errors
+
+
+def test_metadata_lists_every_broker_and_each_partition_is_replicated_over_racks(cluster: Cluster) -> None:
+    cluster.create_topic("placed", partitions=6, replication=3)
+    md = cluster.admin().list_topics("placed", timeout=5)
+    assert sorted(md.brokers) == [1, 2, 3]
+    assert md.controller_id in (1, 2, 3)
+    leaders = []
+    for p in md.topics["placed"].partitions.values():
+        assert sorted(p.replicas) == [1, 2, 3] and sorted(p.isrs) == [1, 2, 3]
+        assert p.leader == p.replicas[0]
+        leaders.append(p.leader)
+    assert sorted(leaders) == [1, 1, 2, 2, 3, 3]  # leaders spread evenly
+
+
+def test_acks_all_writes_survive_the_leaders_kill9(cluster: Cluster) -> None:
+    cluster.create_topic("durable", replication=3)
+    values = [b"before-%d" % i for i in range(2000)]
+    assert produce(cluster.bootstrap, "durable", values) == [None] * len(values)
+    leader = cluster.partition("durable", 0)[0]
+    cluster.brokers[leader].kill9()
+    new_leader = cluster.wait_for_leader("durable", 0, not_=leader)
+    assert new_leader != leader
+    after = [b"after-%d" % i for i in range(500)]
+    assert produce(cluster.bootstrap, "durable", after) == [None] * len(after)
+    got = read_all(cluster.bootstrap, "durable", 1)[0]
+    assert [v for _, v in got] == values + after
+    assert [o for o, _ in got] == list(range(len(values) + len(after)))
+
+
+def test_a_producer_rides_out_a_leader_kill9_without_losing_or_repeating_a_record(cluster: Cluster) -> None:
+    cluster.create_topic("ride", replication=3)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 2, "message.timeout.ms": 60000})
+    acked: list[bytes] = []
+    failed: list[KafkaError] = []
+
+    def delivered(error: KafkaError | None, message: object) -> None:
+        if error is None:
+            acked.append(message.value())  # type: ignore[attr-defined]
+        else:
+            failed.append(error)
+
+    stop = threading.Event()
+
+    def run() -> None:
+        i = 0
+        while not stop.is_set():
+            producer.produce("ride", value=b"%08d" % i, partition=0, on_delivery=delivered)
+            producer.poll(0)
+            i += 1
+            time.sleep(0.001)
+        producer.flush(60)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(1.5)
+    leader = cluster.partition("ride", 0)[0]
+    killed_at = time.monotonic()
+    cluster.brokers[leader].kill9()
+    cluster.wait_for_leader("ride", 0, not_=leader)
+    took = time.monotonic() - killed_at
+    time.sleep(2)
+    stop.set()
+    thread.join(90)
+    assert not failed
+    got = [v for _, v in read_all(cluster.bootstrap, "ride", 1)[0]]
+    assert len(got) == len(set(got)), "a record was written twice"
+    assert set(acked) <= set(got), f"{len(set(acked) - set(got))} acknowledged records lost"
+    assert got == sorted(got)  # one producer, one partition: its order is kept
+    assert took < 10
+
+
+def test_min_insync_replicas_refuses_acks_all_when_the_isr_is_too_small(cluster: Cluster) -> None:
+    cluster.create_topic("strict", replication=3, **{"min.insync.replicas": "3"})
+    leader, replicas, _ = cluster.partition("strict", 0)
+    follower = next(r for r in replicas if r != leader)
+    cluster.brokers[follower].kill9()
+    cluster.wait_for_isr("strict", 0, set(replicas) - {follower})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "message.timeout.ms": 3000,
+                         "retries": 0})
+    errors: list[KafkaError | None] = []
+    producer.produce("strict", value=b"x", partition=0, on_delivery=lambda e, _m: errors.append(e))
+    producer.flush(10)
+    assert errors and errors[0] is not None
+    assert errors[0].code() in (KafkaError.NOT_ENOUGH_REPLICAS, KafkaError._MSG_TIMED_OUT)
+    # acks=1 still works on the leader alone.
+    one = Producer({"bootstrap.servers": cluster.bootstrap, "acks": 1})
+    one.produce("strict", value=b"y", partition=0)
+    assert one.flush(10) == 0
+
+
+def test_a_restarted_follower_catches_up_and_rejoins_the_isr(cluster: Cluster) -> None:
+    cluster.create_topic("rejoin", replication=3)
+    leader, replicas, _ = cluster.partition("rejoin", 0)
+    follower = next(r for r in replicas if r != leader)
+    cluster.brokers[follower].stop()
+    cluster.wait_for_isr("rejoin", 0, set(replicas) - {follower})
+    values = [b"while-away-%d" % i for i in range(1000)]
+    assert produce(cluster.bootstrap, "rejoin", values) == [None] * len(values)
+    cluster.brokers[follower].start()
+    cluster.wait_for_isr("rejoin", 0, set(replicas))
+    # The follower now holds everything: with the other two gone it alone can serve it.
+    for other in replicas:
+        if other != follower:
+            cluster.brokers[other].kill9()
+    deadline = time.monotonic() + 20
+    while cluster.partition("rejoin", 0)[0] != follower and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert cluster.partition("rejoin", 0)[0] == follower
+    got = read_all(cluster.brokers[follower].bootstrap, "rejoin", 1)[0]
+    assert [v for _, v in got] == values
+
+
+def test_with_every_isr_member_dead_the_partition_stays_offline_until_one_returns(cluster: Cluster) -> None:
+    cluster.create_topic("offline", replication=2)
+    leader, replicas, _ = cluster.partition("offline", 0)
+    values = [b"kept-%d" % i for i in range(100)]
+    assert produce(cluster.bootstrap, "offline", values) == [None] * len(values)
+    follower = next(r for r in replicas if r != leader)
+    cluster.brokers[follower].kill9()
+    cluster.wait_for_isr("offline", 0, {leader})
+    cluster.brokers[leader].kill9()
+    deadline = time.monotonic() + 15
+    while cluster.partition("offline", 0)[0] != -1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert cluster.partition("offline", 0)[0] == -1  # unclean election is off: no out-of-sync leader
+    cluster.brokers[follower].start()
+    time.sleep(1)
+    assert cluster.partition("offline", 0)[0] == -1  # the returning broker was not in the ISR
+    cluster.brokers[leader].start()
+    assert cluster.wait_for_leader("offline", 0) == leader
+    got = read_all(cluster.bootstrap, "offline", 1)[0]
+    assert [v for _, v in got] == values
+
+
+def _replica_fetch(port: int, replica: int, epoch: int, offset: int) -> int:
+    """One Fetch v12 as broker ``replica`` would send it; the partition's error code."""
+    import datetime
+
+    from kio.schema.fetch.v12 import request as fetch
+    from kio.schema.types import BrokerId, TopicName
+    from kio.static.primitive import i8, i32, i32Timedelta, i64
+
+    from helpers.raw_client import RawClient
+
+    with RawClient("127.0.0.1", port) as client:
+        response = client.call(fetch.FetchRequest(
+            replica_id=BrokerId(replica), max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=0)),
+            min_bytes=i32(1), max_bytes=i32(1 << 20), isolation_level=i8(0), session_id=i32(0),
+            session_epoch=i32(-1), forgotten_topics_data=(),
+            topics=(fetch.FetchTopic(topic=TopicName("forged"), partitions=(fetch.FetchPartition(
+                partition=i32(0), current_leader_epoch=i32(epoch), fetch_offset=i64(offset),
+                partition_max_bytes=i32(1 << 20),
+            ),)),),
+        ))
+    return int(response.responses[0].partitions[0].error_code)
+
+
+def test_forged_and_stale_follower_fetches_get_kafkas_errors(cluster: Cluster) -> None:
+    cluster.create_topic("forged", replication=2)
+    leader, replicas, _ = cluster.partition("forged", 0)
+    stranger = next(b for b in (1, 2, 3) if b not in replicas)
+    follower = next(r for r in replicas if r != leader)
+    epoch = cluster.admin().list_topics("forged", timeout=5).topics["forged"].partitions[0]
+    port = cluster.brokers[leader].port
+    assert _replica_fetch(port, stranger, -1, 0) == KafkaError.NOT_LEADER_FOR_PARTITION
+    assert _replica_fetch(port, follower, 5, 0) == KafkaError.UNKNOWN_LEADER_EPOCH
+    assert _replica_fetch(port, follower, -1, 10_000) == KafkaError.OFFSET_OUT_OF_RANGE
+    assert _replica_fetch(cluster.brokers[follower].port, leader, -1, 0) == KafkaError.NOT_LEADER_FOR_PARTITION
+    assert epoch is not None
