@@ -222,3 +222,37 @@ def test_forged_and_stale_follower_fetches_get_kafkas_errors(cluster: Cluster) -
     assert _replica_fetch(port, follower, -1, 10_000) == KafkaError.OFFSET_OUT_OF_RANGE
     assert _replica_fetch(cluster.brokers[follower].port, leader, -1, 0) == KafkaError.NOT_LEADER_FOR_PARTITION
     assert epoch is not None
+
+
+def test_a_consumer_group_keeps_its_offsets_when_its_coordinator_dies(cluster: Cluster) -> None:
+    cluster.create_topic("work", partitions=3, replication=3)
+    values = [b"job-%d" % i for i in range(300)]
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i, value in enumerate(values):
+        producer.produce("work", value=value, partition=i % 3)
+    assert producer.flush(30) == 0
+
+    def consume(count: int) -> list[bytes]:
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "workers", "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False, "session.timeout.ms": 6000})
+        consumer.subscribe(["work"])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error():
+                continue
+            got.append(message.value())
+            if len(got) == count:
+                consumer.commit(asynchronous=False)
+        consumer.close()
+        return got
+
+    first = consume(150)
+    assert len(first) == 150
+    admin = cluster.admin()
+    coordinator = admin.describe_consumer_groups(["workers"])["workers"].result(10).coordinator.id
+    cluster.brokers[coordinator].kill9()
+    cluster.wait_for_brokers(set(cluster.brokers) - {coordinator}, timeout=20)
+    rest = consume(150)
+    assert sorted(first + rest) == sorted(values)  # nothing consumed twice, nothing skipped

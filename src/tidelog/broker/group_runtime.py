@@ -18,6 +18,12 @@ The coordinator (``tidelog.coordinator``) decides; this module does what it asks
   groups answer COORDINATOR_LOAD_IN_PROGRESS;
 - the topic itself is created (compacted, ``offsets.topic.num.partitions`` partitions) the first
   time a client looks for a group coordinator.
+
+In a cluster the coordinator follows leadership (``on_image``): a partition of ``__consumer_offsets``
+is loaded when this broker becomes its leader and unloaded (its groups and offsets forgotten, parked
+requests answered NOT_COORDINATOR) when it stops being the leader; FindCoordinator names the leader of
+the group's partition. A write counts as done when the high watermark passes it (every in-sync replica
+holds it), as Kafka's coordinator waits for acks=all, instead of when it is fsynced.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidelog.common.config import BrokerConfig
 from tidelog.common.errors import ErrorCode, KafkaError
+from tidelog.metadata.image import ClusterImage
 from tidelog.coordinator.consumer_group import (
     ConsumerGroup,
     ConsumerGroupConfig,
@@ -54,6 +61,7 @@ from tidelog.coordinator.messages import (
     SyncGroupResult,
 )
 from tidelog.coordinator.persistence import encode_batch, read_records
+from tidelog.coordinator.records import partition_for
 from tidelog.coordinator.state import CoordinatorConfig, Write, append_error_to_response_error
 from tidelog.protocol.compression import Compression
 from tidelog.storage.log import PartitionLog
@@ -109,8 +117,14 @@ class PartitionLogPort:
         topic = self.ctx.image.topics.get(OFFSETS_TOPIC)
         if topic is None or partition >= len(topic.partitions):
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        epoch = topic.partitions[partition].leader_epoch
+        replicas = self.ctx.replicas
+        if replicas is None:
+            epoch = topic.partitions[partition].leader_epoch
+        else:
+            epoch = replicas.check_writable((OFFSETS_TOPIC, partition), 1, 1).leader_epoch
         plog.append_as_leader(batch, leader_epoch=epoch, now_ms=self.ctx.now_ms(), from_client=False)
+        if replicas is not None:
+            replicas.appended((OFFSETS_TOPIC, partition), plog)
         self.ctx.purgatory.notify((OFFSETS_TOPIC, partition))
         return plog.log_end_offset
 
@@ -147,6 +161,7 @@ class GroupRuntime:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False
+        self.clustered = bool(config.get("metadata.store"))
 
     # ------------------------------------------------------------------------------ life cycle
 
@@ -155,8 +170,34 @@ class GroupRuntime:
         self._running = True
         self._tasks.append(asyncio.create_task(self._timer_loop(), name="group-coordinator-timers"))
         topic = self.ctx.image.topics.get(OFFSETS_TOPIC)
-        if topic is not None:
+        if topic is not None and not self.clustered:
             self._start_loading(len(topic.partitions))
+
+    def on_image(self, _old: ClusterImage, image: ClusterImage) -> None:
+        """Clusters: load the partitions this broker now leads, unload those it no longer leads."""
+        topic = image.topics.get(OFFSETS_TOPIC)
+        if topic is None or not self._running:
+            return
+        count = len(topic.partitions)
+        led = {p.index for p in topic.partitions if p.leader == self.ctx.node_id}
+        served = self.core.state.active | self.core.state.loading
+        gained = sorted(led - served)
+        if gained or not self.core.num_partitions:
+            self.core.begin_loading(gained, count)
+        if gained:
+            self._tasks.append(asyncio.create_task(self._load(gained), name="group-coordinator-load"))
+        for partition in sorted(served - led):
+            dropped = self.core.unload(partition)
+            log.info("%s-%d moved to another broker: %d group(s) unloaded", OFFSETS_TOPIC, partition, dropped)
+        if served - led:
+            self._deliver(self.core.take_completions(), ErrorCode.NONE)
+
+    def coordinator_node(self, group_id: str) -> int:
+        """Clusters: the broker leading the group's partition (-1: none, or no such topic yet)."""
+        topic = self.ctx.image.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            return -1
+        return topic.partitions[partition_for(group_id, len(topic.partitions))].leader
 
     async def stop(self) -> None:
         """Answer parked requests with NOT_COORDINATOR, stop timers and loading."""
@@ -185,11 +226,14 @@ class GroupRuntime:
             return ErrorCode.NONE
         existing = self.ctx.image.topics.get(OFFSETS_TOPIC)
         if existing is not None:
-            self._start_loading(len(existing.partitions))
+            if self.clustered:
+                self.on_image(self.ctx.image, self.ctx.image)
+            else:
+                self._start_loading(len(existing.partitions))
             return ErrorCode.NONE
         config = self.ctx.config
         outcome = await self.ctx.topics.create_topic(
-            OFFSETS_TOPIC, config.get_int("offsets.topic.num.partitions"), 1,
+            OFFSETS_TOPIC, config.get_int("offsets.topic.num.partitions"), self._replication_factor(),
             configs=[("cleanup.policy", "compact"),
                      ("segment.bytes", str(config.get_int("offsets.topic.segment.bytes"))),
                      ("compression.type", "producer")],
@@ -198,6 +242,9 @@ class GroupRuntime:
             log.error("cannot create %s: %s %s", OFFSETS_TOPIC, outcome.error.name, outcome.message)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         count = len(outcome.topic.partitions)
+        if self.clustered:
+            log.info("created %s with %d partitions", OFFSETS_TOPIC, count)
+            return ErrorCode.NONE  # each leader loads its partitions when the image reaches it
         self.core.begin_loading(range(count), count)
         now = self.ctx.now_ms()
         for partition in range(count):
@@ -205,6 +252,11 @@ class GroupRuntime:
         log.info("created %s with %d partitions", OFFSETS_TOPIC, count)
         self._wake.set()
         return ErrorCode.NONE
+
+    def _replication_factor(self) -> int:
+        """offsets.topic.replication.factor, capped to the live brokers (this one on a single node)."""
+        live = max(1, len(self.ctx.image.brokers))
+        return min(self.ctx.config.get_int("offsets.topic.replication.factor"), live)
 
     def _start_loading(self, count: int) -> None:
         partitions = list(range(count))
@@ -296,6 +348,8 @@ class GroupRuntime:
     async def _durable(self, written: dict[int, int]) -> ErrorCode:
         if not written:
             return ErrorCode.NONE
+        if self.ctx.replicas is not None:
+            return await self._replicated(written)
         waits = [self._flushed(partition, upto) for partition, upto in written.items()]
         try:
             await asyncio.wait_for(asyncio.gather(*waits), self.commit_timeout_s)
@@ -306,6 +360,19 @@ class GroupRuntime:
             log.error("flushing %s failed: %s", OFFSETS_TOPIC, exc)
             return append_error_to_response_error(exc.code)
         return ErrorCode.NONE
+
+    async def _replicated(self, written: dict[int, int]) -> ErrorCode:
+        replicas = self.ctx.replicas
+        assert replicas is not None
+        timeout_ms = int(self.commit_timeout_s * 1000)
+        errors = await asyncio.gather(*(
+            replicas.wait_for_high_watermark((OFFSETS_TOPIC, partition), upto, timeout_ms)
+            for partition, upto in written.items()
+        ))
+        worst = next((e for e in errors if e is not ErrorCode.NONE), ErrorCode.NONE)
+        if worst is not ErrorCode.NONE:
+            log.warning("a write to %s was not replicated: %s", OFFSETS_TOPIC, worst.name)
+        return append_error_to_response_error(worst)
 
     async def _flushed(self, partition: int, upto: int) -> None:
         """Wait until ``partition`` is fsynced up to ``upto``, sharing a flush already running.

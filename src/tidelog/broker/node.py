@@ -235,6 +235,10 @@ class BrokerNode:
         ctx.replicas = replicas
         store.subscribe(replicas.on_image)
         replicas.start()
+        groups = ctx.groups
+        if groups is not None:  # the group coordinator follows leadership of __consumer_offsets
+            store.subscribe(groups.on_image)
+            groups.on_image(store.image, store.image)
         self.controller = ControllerService(store, unclean_allowed)
         store.subscribe(self.controller.on_image)
         self.controller.start()

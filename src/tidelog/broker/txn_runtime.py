@@ -132,6 +132,11 @@ class TxnRuntime:
             self._tasks.append(asyncio.create_task(self._load(len(topic.partitions)), name="txn-coordinator-load"))
         self._tasks.append(asyncio.create_task(self._sweeper(), name="txn-coordinator-sweeper"))
 
+    def coordinator_node(self, _transactional_id: str) -> int:
+        """Clusters: no broker coordinates transactions yet (WriteTxnMarkers between brokers and
+        loading ``__transaction_state`` by leadership are not built); -1 answers COORDINATOR_NOT_AVAILABLE."""
+        return -1
+
     async def stop(self) -> None:
         self._running = False
         for task in self._tasks:

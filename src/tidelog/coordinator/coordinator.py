@@ -177,6 +177,36 @@ class GroupCoordinator:
         if self.state.timers.deadline(CLEANUP_TIMER) is None:
             self.offset_manager.schedule_cleanup()
 
+    def unload(self, partition: int) -> int:
+        """This broker no longer leads ``partition`` of ``__consumer_offsets`` (a cluster moved it):
+        forget its groups and committed offsets, answer its parked requests NOT_COORDINATOR, cancel
+        its timers. The new leader rebuilds all of it by replaying the partition. Returns the number of
+        groups dropped."""
+        self.state.loading.discard(partition)
+        self.state.active.discard(partition)
+        dropped = 0
+        for group_id, group in list(self.state.groups.items()):
+            if self.state.partition_of(group_id) != partition:
+                continue
+            for member in group.members.values():
+                self.classic.complete_join(member, JoinGroupResult(ErrorCode.NOT_COORDINATOR, member.member_id))
+                self.classic.complete_sync(member, SyncGroupResult(ErrorCode.NOT_COORDINATOR))
+            self.state.remove_group(group_id)
+            dropped += 1
+        for group_id, consumer_group in list(self.consumer.groups.items()):
+            if self.state.partition_of(group_id) != partition:
+                continue
+            for member_id in consumer_group.members:
+                self.state.timers.cancel(("consumer-session", group_id, member_id))
+                self.state.timers.cancel(("consumer-revocation", group_id, member_id))
+            del self.consumer.groups[group_id]
+            dropped += 1
+        for group_id in list(self.state.offsets.groups()):
+            if self.state.partition_of(group_id) == partition:
+                for topic, index in self.state.offsets.of_group(group_id):
+                    self.state.offsets.remove(group_id, topic, index)
+        return dropped
+
     def shutdown(self) -> None:
         """Answer every parked request with NOT_COORDINATOR and stop serving."""
         for group in self.state.groups.values():

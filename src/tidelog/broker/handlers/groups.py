@@ -109,8 +109,11 @@ async def find_coordinator(ctx: BrokerContext, conn: ConnectionInfo, header: Req
     found = []
     for key in keys:
         error, message = await answer(key)
+        node, host, port = ctx.node_id, endpoint.host, endpoint.port
+        if error is ErrorCode.NONE and ctx.replicas is not None:
+            error, message, node, host, port = _cluster_coordinator(ctx, conn, key_type, key)
         ok = error is ErrorCode.NONE
-        found.append((key, error, message, ctx.node_id if ok else -1, endpoint.host if ok else "", endpoint.port if ok else -1))
+        found.append((key, error, message, node if ok else -1, host if ok else "", port if ok else -1))
     if header.api_version >= 4:
         return b.make("FindCoordinatorResponse", throttle_time=NO_THROTTLE, coordinators=tuple(
             b.make("Coordinator", key=key, node_id=node, host=host, port=port, error_code=error, error_message=message)
@@ -119,6 +122,19 @@ async def find_coordinator(ctx: BrokerContext, conn: ConnectionInfo, header: Req
     _, error, message, node, host, port = found[0]
     return b.make("FindCoordinatorResponse", throttle_time=NO_THROTTLE, error_code=error, error_message=message,
                   node_id=node, host=host, port=port)
+
+
+def _cluster_coordinator(
+    ctx: BrokerContext, conn: ConnectionInfo, key_type: int, key: str,
+) -> tuple[ErrorCode, str | None, int, str, int]:
+    """In a cluster the coordinator is the leader of the key's internal-topic partition."""
+    runtime: Any = _runtime(ctx) if key_type == GROUP_KEY else ctx.transactions
+    node = runtime.coordinator_node(key) if runtime is not None else -1
+    broker = ctx.image.brokers.get(node)
+    registered = broker.endpoint(conn.listener.name) if broker is not None else None
+    if registered is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", -1, "", -1
+    return ErrorCode.NONE, None, node, registered.host, registered.port
 
 
 # ----------------------------------------------------------------------------------------- JoinGroup
