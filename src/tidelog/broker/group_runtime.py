@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 
 from tidelog.common.config import BrokerConfig
 from tidelog.common.errors import ErrorCode, KafkaError
-from tidelog.metadata.image import ClusterImage
 from tidelog.coordinator.consumer_group import (
     ConsumerGroup,
     ConsumerGroupConfig,
@@ -63,6 +62,7 @@ from tidelog.coordinator.messages import (
 from tidelog.coordinator.persistence import encode_batch, read_records
 from tidelog.coordinator.records import partition_for
 from tidelog.coordinator.state import CoordinatorConfig, Write, append_error_to_response_error
+from tidelog.metadata.image import ClusterImage
 from tidelog.protocol.compression import Compression
 from tidelog.storage.log import PartitionLog
 
