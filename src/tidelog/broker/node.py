@@ -259,11 +259,24 @@ class BrokerNode:
         if replicas is not None and bool(self.config.get("controlled.shutdown.enable")) and replicas.leaders:
             log.info("controlled shutdown: waiting for leadership of %d partition(s) to move", len(replicas.leaders))
             deadline = time.monotonic() + self.config.get_int("broker.session.timeout.ms") / 1000
-            while replicas.leaders and time.monotonic() < deadline:
+            while self._leadership_can_move(store) and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
         if replicas is not None:
             await replicas.stop()
         await store.close(revoke_lease=False)
+
+    def _leadership_can_move(self, store: EtcdMetadataStore) -> bool:
+        """Some partition this broker still leads has another live ISR member to take it over."""
+        replicas = self.ctx.replicas if self.ctx is not None else None
+        if replicas is None:
+            return False
+        image = store.image
+        for topic, index in replicas.leaders:
+            known = image.topics.get(topic)
+            partition = known.partitions[index] if known is not None and index < len(known.partitions) else None
+            if partition is not None and any(r != self.node_id and r in image.brokers for r in partition.isr):
+                return True
+        return False
 
     def _advertised_endpoints(self, bound: list[Endpoint]) -> list[Endpoint]:
         if self.advertised is not None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from tidelog.common.config import BrokerConfig, parse_properties
 from tidelog.common.errors import ConfigError
+from tidelog.metadata.errors import DuplicateBrokerError, MetadataStoreUnavailable
 from tidelog.observability.logs import configure_logging
 
 ENV_PREFIX = "TIDELOG_"
@@ -119,6 +120,9 @@ def serve_command(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"tidelog: configuration error: {exc}", file=sys.stderr)
         return 2
+    except (MetadataStoreUnavailable, DuplicateBrokerError) as exc:
+        print(f"tidelog: cannot join the cluster: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"tidelog: cannot start: {exc}", file=sys.stderr)
         return 1
