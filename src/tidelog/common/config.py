@@ -129,6 +129,12 @@ def between(low: float, high: float) -> Callable[[Value], str | None]:
     return check
 
 
+def _store_url(value: Value) -> str | None:
+    if not value or str(value).startswith("etcd://"):
+        return None
+    return "expected etcd://host:port[,host:port...][/prefix], or empty for the local file"
+
+
 def one_of(*choices: str) -> Callable[[Value], str | None]:
     def check(value: Value) -> str | None:
         items = value if isinstance(value, list) else [value]
@@ -244,6 +250,10 @@ _BROKER: list[Setting] = [
     Setting("log.format", Type.STRING, "text", "Broker log lines: text (human) or json (one JSON object per line).", _B, False, one_of("text", "json")),
     Setting("cluster.id", Type.STRING, None, "Cluster id; generated and stored in meta.properties on first start when unset.", _B),
     Setting("controlled.shutdown.enable", Type.BOOLEAN, True, "Accepted for compatibility.", _B),
+    # Clusters (docs/cluster.md): where the metadata lives, and the broker's session with it.
+    Setting("metadata.store", Type.STRING, "", "tidelog: cluster metadata store, etcd://host:port[,host:port...][/prefix] (prefix default tidelog); empty: a single node with a local file.", _B, False, _store_url),
+    Setting("broker.session.timeout.ms", Type.INT, 9000, "A broker whose etcd lease is not renewed for this long is dead to the cluster; it fences itself 2 heartbeats earlier.", _B, False, at_least(1000)),
+    Setting("broker.heartbeat.interval.ms", Type.INT, 2000, "How often a broker renews its etcd lease.", _B, False, at_least(10)),
     # Security (docs/security.md). "Per listener": also settable as listener.name.<listener>.<key>.
     Setting("ssl.keystore.type", Type.STRING, "PEM", "Format of ssl.keystore.location; tidelog reads PEM only. Per listener.", _B, False, one_of("PEM")),
     Setting("ssl.keystore.location", Type.STRING, None, "PEM file with the listener's certificate (chain) and private key. Per listener.", _B),
