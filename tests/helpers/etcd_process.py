@@ -4,6 +4,7 @@
 there; ``start`` waits until ``/health`` on the client URL says healthy (a leader is elected).
 ``stop`` (SIGTERM), ``kill9`` and ``start`` again keep the ports and the data, so a restarted etcd
 has the same keys and leases. ``EtcdCluster`` starts three members that form one cluster.
+``SilentLink`` relays to one member and can cut the link silently (a partition, not a refusal).
 
 Timing flags: a 50 ms raft heartbeat and a 500 ms election timeout make elections fast and let etcd
 grant leases as short as 1 s (its floor is 1.5 election timeouts), so tests can use 2-3 s sessions.
@@ -15,7 +16,9 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -166,3 +169,81 @@ class EtcdCluster:
     def close(self) -> None:
         for member in self.members:
             member.close()
+
+
+class SilentLink:
+    """A TCP relay to one etcd member whose link can be cut silently, like a network partition.
+
+    ``cut()`` stops carrying bytes in both directions without closing anything: connections stay
+    open and nothing arrives (new connections are accepted and then hear nothing), as when packets
+    are lost. ``heal()`` carries on with the bytes held back, so no stream is corrupted.
+    """
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self._listener = socket.create_server((HOST, 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._closed = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept_loop, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def cut(self) -> None:
+        self._flowing.clear()
+
+    def heal(self) -> None:
+        self._flowing.set()
+
+    def _accept_loop(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
+
+    def _connect(self, client: socket.socket) -> None:
+        self._flowing.wait()
+        try:
+            upstream = socket.create_connection(self.target, timeout=5)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        with self._lock:
+            self._sockets += [client, upstream]
+        threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+        threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                self._flowing.wait()
+                if self._closed:
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._closed = True
+        self._flowing.set()
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._listener.close()
+        with self._lock:
+            for sock in self._sockets:
+                sock.close()

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import pytest
 
 from helpers.broker_process import free_port
-from helpers.etcd_process import EtcdCluster, EtcdProcess
+from helpers.etcd_process import EtcdCluster, EtcdProcess, SilentLink
 from tidelog.metadata.errors import DuplicateBrokerError, MetadataStoreUnavailable, StaleMetadataError
 from tidelog.metadata.etcd_client import EtcdClient, Put, WatchBatch, WatchReset
 from tidelog.metadata.etcd_store import EtcdMetadataStore
@@ -339,3 +339,32 @@ def test_the_store_rides_out_the_loss_of_one_etcd_member(tmp_path: Path) -> None
     finally:
         cluster.close()
 
+
+
+def test_brokers_move_off_a_silent_etcd_member_without_being_fenced(tmp_path: Path) -> None:
+    cluster = EtcdCluster(tmp_path).start()
+    link = SilentLink("127.0.0.1", cluster.members[0].client_port)
+    url = f"etcd://{link.endpoint},{cluster.members[1].endpoint},{cluster.members[2].endpoint}/tidelog"
+    try:
+        async def scenario() -> None:
+            stores = []
+            lost: list[int] = []
+            for node_id in (1, 2):
+                store = await EtcdMetadataStore.open(url, connect_timeout_s=2)
+                await store.register_broker(registration(node_id), 3000, 500)  # fenced after 2 s silence
+                store.on_lease_lost(lambda node_id=node_id: lost.append(node_id))
+                stores.append(store)
+            writer, reader = stores
+            link.cut()
+            started = time.monotonic()
+            await writer.commit(writer.image.with_topic(new_topic("during", 1, 1, {})))
+            await eventually(lambda: "during" in reader.image.topics, timeout=5, what="reader follows")
+            assert time.monotonic() - started < 4
+            await asyncio.sleep(1.0)
+            assert lost == [] and writer.lease_valid() and reader.lease_valid()
+            await closing(writer, reader)
+
+        run(scenario())
+    finally:
+        link.close()
+        cluster.close()

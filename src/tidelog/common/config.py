@@ -129,6 +129,12 @@ def between(low: float, high: float) -> Callable[[Value], str | None]:
     return check
 
 
+def _store_url(value: Value) -> str | None:
+    if not value or str(value).startswith("etcd://"):
+        return None
+    return "expected etcd://host:port[,host:port...][/prefix], or empty for the local file"
+
+
 def one_of(*choices: str) -> Callable[[Value], str | None]:
     def check(value: Value) -> str | None:
         items = value if isinstance(value, list) else [value]
@@ -244,10 +250,10 @@ _BROKER: list[Setting] = [
     Setting("log.format", Type.STRING, "text", "Broker log lines: text (human) or json (one JSON object per line).", _B, False, one_of("text", "json")),
     Setting("cluster.id", Type.STRING, None, "Cluster id; generated and stored in meta.properties on first start when unset.", _B),
     Setting("controlled.shutdown.enable", Type.BOOLEAN, True, "Clusters: on SIGTERM, leadership moves to other ISR members before the broker stops.", _B),
-    # Clusters (docs/cluster.md).
-    Setting("metadata.store", Type.STRING, None, "tidelog: where the cluster metadata lives: unset for the local file (a single node), or etcd://host:port[,host:port...]/prefix for a cluster.", _B),
-    Setting("broker.session.timeout.ms", Type.INT, 9000, "A broker whose metadata lease is not renewed for this long is dead to the cluster (its etcd lease TTL).", _B, False, at_least(1)),
-    Setting("broker.heartbeat.interval.ms", Type.INT, 2000, "How often a broker renews its metadata lease.", _B, False, at_least(1)),
+    # Clusters (docs/cluster.md): where the metadata lives, and the broker's session with it.
+    Setting("metadata.store", Type.STRING, "", "tidelog: cluster metadata store, etcd://host:port[,host:port...][/prefix] (prefix default tidelog); empty: a single node with a local file.", _B, False, _store_url),
+    Setting("broker.session.timeout.ms", Type.INT, 9000, "A broker whose etcd lease is not renewed for this long is dead to the cluster; it fences itself 2 heartbeats earlier.", _B, False, at_least(1000)),
+    Setting("broker.heartbeat.interval.ms", Type.INT, 2000, "How often a broker renews its etcd lease.", _B, False, at_least(10)),
     # Replication (clusters; docs/cluster.md).
     Setting("replica.lag.time.max.ms", Type.LONG, 30_000, "A follower not caught up with the leader for this long leaves the ISR.", _B, False, at_least(1)),
     Setting("replica.fetch.max.bytes", Type.INT, 1_048_576, "Bytes a follower asks for per partition in one fetch.", _B, False, at_least(0)),

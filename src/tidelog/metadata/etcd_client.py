@@ -142,6 +142,10 @@ class _Compacted(Exception):
     pass
 
 
+class _Moved(Exception):
+    pass
+
+
 _UNAVAILABLE_CODES = (rpc.StatusCode.UNAVAILABLE, rpc.StatusCode.DEADLINE_EXCEEDED, rpc.StatusCode.CANCELLED)
 _UNAVAILABLE = (aetcd.ConnectionFailedError, aetcd.ConnectionTimeoutError, rpc.AioRpcError, TimeoutError)
 
@@ -159,30 +163,43 @@ class EtcdClient:
         ]
         self._current = 0
         self._closed = False
+        # The open watch stream and its endpoint: a request failing on that endpoint moves it too (a
+        # silent stream to a partitioned member would otherwise wait for gRPC keep-alive to notice).
+        self._watch_call: Any = None
+        self._watch_index = 0
+        self._watch_moved = False
 
     def describe(self) -> str:
         return ",".join(f"{host}:{port}" for host, port in self.endpoints)
 
-    async def _call(self, what: str, call: Callable[[Any], Awaitable[T]]) -> T:
+    async def _call(self, what: str, call: Callable[[Any], Awaitable[T]],
+                    attempt_timeout_s: float | None = None) -> T:
         """Run ``call(client)`` on the current endpoint, moving on to the next ones when unreachable."""
         problem: BaseException | None = None
         for _ in range(len(self._clients)):
             index = self._current
             try:
-                return await asyncio.wait_for(call(self._clients[index]), self.timeout_s)
+                return await asyncio.wait_for(call(self._clients[index]), attempt_timeout_s or self.timeout_s)
             except _UNAVAILABLE as exc:
                 if isinstance(exc, rpc.AioRpcError) and exc.code() not in _UNAVAILABLE_CODES:
                     raise MetadataStoreUnavailable(
                         f"etcd at {self.describe()} refused {what}: {_describe_error(exc)}"
                     ) from exc
                 problem = exc
-                if self._current == index:
-                    self._current = (index + 1) % len(self._clients)
+                self._move_on_from(index)
             except aetcd.ClientError as exc:
                 raise MetadataStoreUnavailable(f"etcd at {self.describe()} refused {what}: {exc}") from exc
         raise MetadataStoreUnavailable(
             f"etcd unreachable at {self.describe()} ({what}): {_describe_error(problem)}"
         ) from problem
+
+    def _move_on_from(self, index: int) -> None:
+        """Endpoint ``index`` failed: use the next one, and move the watch stream off it too."""
+        if self._current == index:
+            self._current = (index + 1) % len(self._clients)
+        if self._watch_call is not None and self._watch_index == index and len(self._clients) > 1:
+            self._watch_moved = True
+            self._watch_call.cancel()
 
     async def get_prefix(self, prefix: bytes) -> RangeResult:
         result = await self._call("a read", lambda c: c.get_prefix(prefix))
@@ -215,9 +232,13 @@ class EtcdClient:
         lease = await self._call("a lease grant", lambda c: c.lease(ttl_s))
         return int(lease.id), int(lease.ttl)
 
-    async def lease_keepalive(self, lease_id: int) -> int:
-        """Renew a lease: its TTL in seconds, <= 0 when it no longer exists (expired or revoked)."""
-        reply = await self._call("a lease keep-alive", lambda c: c.refresh_lease(lease_id))
+    async def lease_keepalive(self, lease_id: int, timeout_s: float | None = None) -> int:
+        """Renew a lease: its TTL in seconds, <= 0 when it no longer exists (expired or revoked).
+
+        ``timeout_s`` bounds each endpoint's attempt (a heartbeat interval, so a silent member costs
+        one heartbeat, and the next member is tried).
+        """
+        reply = await self._call("a lease keep-alive", lambda c: c.refresh_lease(lease_id), timeout_s)
         return -1 if reply is None else int(reply.TTL)
 
     async def lease_revoke(self, lease_id: int) -> None:
@@ -242,6 +263,8 @@ class EtcdClient:
                     next_revision = batch.revision + 1
                     yield batch
                 failures += 1  # the server ended the stream
+            except _Moved:
+                continue  # another request found this endpoint dead: reopen on the current one now
             except _Compacted:
                 try:
                     snapshot = await self.get_prefix(prefix)
@@ -258,12 +281,13 @@ class EtcdClient:
                 if failures == 1:
                     log.warning("etcd watch on %s interrupted (%s); resuming from revision %d",
                                 self.describe(), _describe_error(exc), next_revision)
-                self._current = (self._current + 1) % len(self._clients)
+                self._move_on_from(self._current)
             if not self._closed:
                 await asyncio.sleep(_WATCH_BACKOFF_S[min(failures, len(_WATCH_BACKOFF_S)) - 1])
 
     async def _watch_stream(self, prefix: bytes, start_revision: int) -> AsyncIterator[WatchBatch]:
-        client = self._clients[self._current]
+        index = self._current
+        client = self._clients[index]
         await client.connect()
         stop = asyncio.Event()
 
@@ -274,8 +298,9 @@ class EtcdClient:
             await stop.wait()
 
         call = rpc.WatchStub(client.channel).Watch(requests(), metadata=client.metadata)
+        self._watch_call, self._watch_index, self._watch_moved = call, index, False
         try:
-            async for response in call:
+            async for response in self._responses(call):
                 if response.compact_revision:
                     raise _Compacted()
                 if response.canceled:
@@ -287,8 +312,19 @@ class EtcdClient:
                     )
                     yield WatchBatch(events[-1].kv.mod_revision, events)
         finally:
+            self._watch_call = None
             stop.set()
             call.cancel()
+
+    async def _responses(self, call: Any) -> AsyncIterator[Any]:
+        try:
+            async for response in call:
+                yield response
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._watch_moved and task is not None and not task.cancelling():
+                raise _Moved() from None  # cancelled by _move_on_from, not by our caller
+            raise
 
     async def close(self) -> None:
         self._closed = True

@@ -236,6 +236,7 @@ def plan_commit(base: ClusterImage, new: ClusterImage) -> CommitPlan:
     parents: list[str] = []
     for name, topic in new.topics.items():
         old = base.topics.get(name)
+        stored_partitions = 0 if old is None else len(old.partitions)
         if old is not None and old.topic_id != topic.topic_id:
             old = None  # deleted and created again: every key is new
         topic_doc = codec.topic_to_json(topic)
@@ -246,7 +247,7 @@ def plan_commit(base: ClusterImage, new: ClusterImage) -> CommitPlan:
             doc = codec.partition_state_to_json(p)
             if p.index >= len(old_parts) or _changed(codec.partition_state_to_json(old_parts[p.index]), doc):
                 puts[partition_key(name, p.index)] = codec.encode(doc)
-        deletes.extend(partition_key(name, i) for i in range(len(topic.partitions), len(old_parts)))
+        deletes.extend(partition_key(name, i) for i in range(len(topic.partitions), stored_partitions))
         if topic_key(name) not in puts and any(k.startswith(partitions_prefix(name)) for k in (*puts, *deletes)):
             parents.append(topic_key(name))
     deleted_topics = tuple(name for name in base.topics if name not in new.topics)

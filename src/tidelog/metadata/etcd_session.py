@@ -147,12 +147,12 @@ class BrokerSession:
             await asyncio.sleep(interval_s)
             sent = self._clock()
             try:
-                ttl = await asyncio.wait_for(self._client.lease_keepalive(self.lease_id), interval_s)
-            except (TimeoutError, MetadataStoreUnavailable) as exc:
+                ttl = await self._client.lease_keepalive(self.lease_id, interval_s)
+            except MetadataStoreUnavailable as exc:
                 failures += 1
                 if failures == 1:
                     log.warning("etcd lease keep-alive failed (%s); fenced in %.0f ms unless renewed",
-                                exc or "no answer in time", max(0.0, (self.timer.deadline_ms() or sent) - sent))
+                                exc, max(0.0, (self.timer.deadline_ms() or sent) - sent))
                 self._check_fence()
                 continue
             if failures:
