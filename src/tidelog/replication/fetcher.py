@@ -85,6 +85,7 @@ class FollowerFetcher:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._connection: KafkaConnection | None = None
+        self._unreachable = False
 
     # -- control ----------------------------------------------------------------------------------
 
@@ -136,7 +137,10 @@ class FollowerFetcher:
                     continue
                 await self._fetch_once(connection, active)
             except BrokerUnreachable as exc:
-                log.info("replica fetcher for leader %d: %s; retrying in %d ms", self.leader_id, exc, self.settings.backoff_ms)
+                # Once per outage at INFO; the retries every backoff stay at DEBUG.
+                (log.debug if self._unreachable else log.info)(
+                    "replica fetcher for leader %d: %s; retrying every %d ms", self.leader_id, exc, self.settings.backoff_ms)
+                self._unreachable = True
                 self._connection = None
                 await asyncio.sleep(self.settings.backoff_ms / 1000)
             except asyncio.CancelledError:
@@ -153,6 +157,9 @@ class FollowerFetcher:
             raise BrokerUnreachable(f"broker {self.leader_id} is not registered")
         self._connection = KafkaConnection(address[0], address[1], f"tidelog-replica-fetcher-{self.node_id}")
         await self._connection.connect()
+        if self._unreachable:
+            log.info("replica fetcher for leader %d: connected again", self.leader_id)
+            self._unreachable = False
         return self._connection
 
     def _log(self, tp: TopicPartition) -> PartitionLog | None:
