@@ -45,7 +45,10 @@ import zstandard
 
 from tidelog.common.errors import ErrorCode, KafkaError
 
-__all__ = ["DEFAULT_MAX_INFLATED", "XERIAL_MAGIC", "Compression", "InflatedTooLarge", "compress", "decompress"]
+__all__ = [
+    "DEFAULT_MAX_INFLATED", "XERIAL_MAGIC", "Compression", "InflatedTooLarge", "compress", "decompress",
+    "inflated_size",
+]
 
 Buffer = bytes | bytearray | memoryview
 
@@ -119,15 +122,27 @@ def decompress(codec: Compression, data: Buffer, max_size: int = DEFAULT_MAX_INF
     """
     if codec == Compression.NONE:
         return bytes(data)
+    return _run(codec, data, _Sink(codec.name, max_size)).result()
+
+
+def inflated_size(codec: Compression, data: Buffer, max_size: int = DEFAULT_MAX_INFLATED) -> int:
+    """How many bytes ``data`` inflates to, counted chunk by chunk and never held (one chunk at a time);
+    the same errors as :func:`decompress`."""
+    if codec == Compression.NONE:
+        return len(data)
+    return _run(codec, data, _Counter(codec.name, max_size)).size
+
+
+def _run(codec: Compression, data: Buffer, sink: _Sink) -> _Sink:
     try:
         if codec == Compression.GZIP:
-            return _gzip_decode(data, max_size)
+            return _gzip_decode(data, sink)
         if codec == Compression.SNAPPY:
-            return _snappy_decode(data, max_size)
+            return _snappy_decode(data, sink)
         if codec == Compression.LZ4:
-            return _lz4_decode(data, max_size)
+            return _lz4_decode(data, sink)
         if codec == Compression.ZSTD:
-            return _zstd_decode(data, max_size)
+            return _zstd_decode(data, sink)
     except (cramjam.DecompressionError, zlib.error, RuntimeError, zstandard.ZstdError, EOFError) as exc:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{codec.name} data does not decompress: {exc}") from exc
     raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"compression codec {int(codec)}")
@@ -139,7 +154,7 @@ class _Sink:
     def __init__(self, codec: str, max_size: int) -> None:
         self.parts: list[bytes] = []
         self.size = 0
-        self._codec = codec
+        self.codec = codec
         self.max_size = max_size
 
     def room(self) -> int:
@@ -150,7 +165,7 @@ class _Sink:
         self.size += len(chunk)
         if self.size > self.max_size:
             self.parts.clear()  # drop what was inflated at once: the caller only needs the error
-            raise InflatedTooLarge(self._codec, self.max_size)
+            raise InflatedTooLarge(self.codec, self.max_size)
         if chunk:
             self.parts.append(chunk)
 
@@ -158,8 +173,16 @@ class _Sink:
         return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
 
 
-def _gzip_decode(data: Buffer, max_size: int) -> bytes:
-    sink = _Sink("GZIP", max_size)
+class _Counter(_Sink):
+    """A sink that only counts: each chunk is dropped once measured."""
+
+    def add(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > self.max_size:
+            raise InflatedTooLarge(self.codec, self.max_size)
+
+
+def _gzip_decode(data: Buffer, sink: _Sink) -> _Sink:
     pending: Buffer = data
     while True:  # one turn per gzip member (RFC 1952 allows several)
         inflater = zlib.decompressobj(wbits=31)
@@ -170,22 +193,20 @@ def _gzip_decode(data: Buffer, max_size: int) -> bytes:
             sink.add(inflater.decompress(inflater.unconsumed_tail, sink.room()))
         pending = inflater.unused_data
         if not pending:
-            return sink.result()
+            return sink
 
 
-def _zstd_decode(data: Buffer, max_size: int) -> bytes:
+def _zstd_decode(data: Buffer, sink: _Sink) -> _Sink:
     # A stream reader never trusts the frame's declared content size: it inflates what the blocks
     # hold, chunk by chunk, so a frame that declares none or lies about it is cut at the cap all the same.
-    sink = _Sink("ZSTD", max_size)
     reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
     with reader:
         while chunk := reader.read(sink.room()):
             sink.add(chunk)
-    return sink.result()
+    return sink
 
 
-def _lz4_decode(data: Buffer, max_size: int) -> bytes:
-    sink = _Sink("LZ4", max_size)
+def _lz4_decode(data: Buffer, sink: _Sink) -> _Sink:
     pending = bytes(data)
     while pending:  # one turn per frame
         inflater = lz4.frame.LZ4FrameDecompressor()
@@ -195,7 +216,7 @@ def _lz4_decode(data: Buffer, max_size: int) -> bytes:
                 raise RuntimeError("lz4 frame cut short")
             sink.add(inflater.decompress(b"", max_length=sink.room()))
         pending = inflater.unused_data or b""
-    return sink.result()
+    return sink
 
 
 def _xerial_encode(data: Buffer) -> bytes:
@@ -209,12 +230,11 @@ def _xerial_encode(data: Buffer) -> bytes:
     return b"".join(parts)
 
 
-def _snappy_decode(data: Buffer, max_size: int) -> bytes:
+def _snappy_decode(data: Buffer, sink: _Sink) -> _Sink:
     view = memoryview(data)
-    sink = _Sink("SNAPPY", max_size)
     if bytes(view[:8]) != XERIAL_MAGIC or len(view) < 16:
         sink.add(_snappy_block(view, sink))
-        return sink.result()
+        return sink
     pos = 16
     end = len(view)
     while pos < end:
@@ -226,7 +246,7 @@ def _snappy_decode(data: Buffer, max_size: int) -> bytes:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "xerial snappy block overruns the data")
         sink.add(_snappy_block(view[pos : pos + length], sink))
         pos += length
-    return sink.result()
+    return sink
 
 
 def _snappy_block(block: memoryview, sink: _Sink) -> bytes:
@@ -239,5 +259,5 @@ def _snappy_block(block: memoryview, sink: _Sink) -> bytes:
             break
     if sink.size + declared > sink.max_size:
         sink.parts.clear()
-        raise InflatedTooLarge("SNAPPY", sink.max_size)
+        raise InflatedTooLarge(sink.codec, sink.max_size)
     return bytes(cramjam.snappy.decompress_raw(block))

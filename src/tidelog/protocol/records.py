@@ -62,7 +62,13 @@ from typing import NamedTuple
 import crc32c
 
 from tidelog.common.errors import ErrorCode, KafkaError
-from tidelog.protocol.compression import DEFAULT_MAX_INFLATED, Compression, compress, decompress
+from tidelog.protocol.compression import (
+    DEFAULT_MAX_INFLATED,
+    Compression,
+    compress,
+    decompress,
+    inflated_size,
+)
 
 __all__ = [
     "HEADER_SIZE",
@@ -77,6 +83,7 @@ __all__ = [
     "build_control_batch",
     "concat_batches",
     "decode_records",
+    "inflated_records_size",
     "iter_batches",
     "parse_control_record",
     "recompress_batch",
@@ -428,6 +435,14 @@ def _decode_section(body: Buffer, header: BatchHeader) -> list[Record]:
     if pos != limit:
         raise KafkaError(ErrorCode.INVALID_RECORD, f"{limit - pos} bytes after the last record")
     return records
+
+
+def inflated_records_size(batch: Buffer, *, max_inflated: int = DEFAULT_MAX_INFLATED) -> int:
+    """Bytes of the batch's records section once decompressed, counted without holding them;
+    ``InflatedTooLarge`` past ``max_inflated``, CORRUPT_MESSAGE when it does not decompress."""
+    header = BatchHeader.parse(batch)
+    view = batch if isinstance(batch, memoryview) else memoryview(batch)
+    return inflated_size(header.compression, view[HEADER_SIZE : header.size], max_inflated)
 
 
 def batch_has_null_key(batch: Buffer, *, max_inflated: int = DEFAULT_MAX_INFLATED) -> bool:

@@ -57,6 +57,7 @@ from tidelog.protocol.records import (
     ControlType,
     batch_has_null_key,
     decode_records,
+    inflated_records_size,
     iter_batches,
     parse_control_record,
     recompress_batch,
@@ -400,18 +401,14 @@ class PartitionLog:
     # -- appending ------------------------------------------------------------------------------
 
     def inflates(self, records: Buffer) -> bool:
-        """Would appending ``records`` decompress a batch? (The topic recompresses to another codec or
-        is compacted, and a batch is compressed.) Reads batch headers only: callers use it to move
-        the append off their event loop (:meth:`prepare_append`)."""
-        target = self.config.target_compression
-        if target is None and not self.config.compact:
-            return False
+        """Would appending ``records`` decompress a batch? Every compressed data batch is: its inflated
+        size is checked against max.message.bytes, and it is recompressed or its keys checked where
+        the topic asks. Reads batch headers only: callers use it to move the append off their event
+        loop (:meth:`prepare_append`)."""
         try:
-            headers = list(iter_batches(records, validate=False))
+            return any(h.attributes & 0x07 and not h.is_control for h, _ in iter_batches(records, validate=False))
         except KafkaError:
             return False
-        return any(h.attributes & 0x07 and not h.is_control and (self.config.compact or h.compression is not target)
-                   for h, _ in headers)
 
     def prepare_append(self, records: Buffer, *, now_ms: int, from_client: bool = True) -> PreparedAppend:
         """Validate ``records`` and recompress them to the topic's codec: the lock-free, CPU-bound half
@@ -508,9 +505,15 @@ class PartitionLog:
                              f"batch of {header.size} bytes exceeds max.message.bytes {config.max_message_bytes}")
         if header.is_control and from_client:
             raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
-        if config.compact and batch_has_null_key(buf[position : position + header.size],
-                                                 max_inflated=config.max_message_bytes):
-            raise KafkaError(ErrorCode.INVALID_RECORD, "compacted topic refuses records without a key")
+        batch = buf[position : position + header.size]
+        cap = config.max_message_bytes
+        if config.compact:
+            if batch_has_null_key(batch, max_inflated=cap):
+                raise KafkaError(ErrorCode.INVALID_RECORD, "compacted topic refuses records without a key")
+        elif header.attributes & 0x07 and config.target_compression in (None, header.compression):
+            # Kept as sent (compression.type=producer or the same codec): Kafka inflates it to check its
+            # records; here its inflated size is counted, never held, so no reader meets a bomb later.
+            inflated_records_size(batch, max_inflated=cap)
         if not config.log_append_time and from_client:
             lowest = now_ms - config.message_timestamp_before_max_ms
             highest = now_ms + config.message_timestamp_after_max_ms

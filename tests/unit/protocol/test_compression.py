@@ -20,7 +20,14 @@ with warnings.catch_warnings():  # kafka-python 3 imports importlib.resources' d
     import kafka.codec as kcodec
 
 from tidelog.common.errors import ErrorCode, KafkaError
-from tidelog.protocol.compression import XERIAL_MAGIC, Compression, InflatedTooLarge, compress, decompress
+from tidelog.protocol.compression import (
+    XERIAL_MAGIC,
+    Compression,
+    InflatedTooLarge,
+    compress,
+    decompress,
+    inflated_size,
+)
 
 PAYLOADS = [
     b"",
@@ -202,3 +209,19 @@ def test_concatenated_gzip_members_count_together_against_the_cap() -> None:
     assert decompress(Compression.GZIP, member + member, 1_200_000) == b"a" * 1_200_000
     with pytest.raises(InflatedTooLarge):
         decompress(Compression.GZIP, member + member, 1_199_999)
+
+
+@pytest.mark.parametrize("kind", ["gzip", "snappy", "lz4", "zstd"])
+def test_the_inflated_size_is_counted_without_holding_the_output(kind: str) -> None:
+    from helpers.bombs import SECTIONS
+
+    section, codec = SECTIONS[kind](BOMB_SIZE)
+    tracemalloc.start()
+    try:
+        size = inflated_size(Compression(codec), section, 2 * BOMB_SIZE)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    expected = BOMB_SIZE - BOMB_SIZE % 32768 if kind == "snappy" else BOMB_SIZE
+    assert size == expected
+    assert peak < 4 * CAP
