@@ -8,11 +8,34 @@ through the Kafka protocol, so they work against tidelog and Apache Kafka alike.
   exactly-once (transactions), dead-letter topic after retries.
 """
 
+from tidelog.clients.consumer import (
+    ConsumedRecord,
+    ConsumerMetrics,
+    HandlerError,
+    LogConsumer,
+    OutputRecord,
+    TransactionalHandler,
+)
 from tidelog.clients.errors import ClientError, ClosedError, QueueFullError, SpoolFullError, SpoolLockedError
 from tidelog.clients.producer import FailedRecord, LogProducer, Mode, ProducerMetrics
 from tidelog.clients.spool import Spool, SpooledRecord
 
 __all__ = [
-    "ClientError", "ClosedError", "FailedRecord", "LogProducer", "Mode", "ProducerMetrics", "QueueFullError",
-    "Spool", "SpoolFullError", "SpoolLockedError", "SpooledRecord",
+    "ClientError",
+    "ClosedError",
+    "ConsumedRecord",
+    "ConsumerMetrics",
+    "FailedRecord",
+    "HandlerError",
+    "LogConsumer",
+    "LogProducer",
+    "Mode",
+    "OutputRecord",
+    "ProducerMetrics",
+    "QueueFullError",
+    "Spool",
+    "SpoolFullError",
+    "SpoolLockedError",
+    "SpooledRecord",
+    "TransactionalHandler",
 ]

@@ -68,6 +68,13 @@ class DonePrefix:
             moved = True
         return moved
 
+    def cancel(self, start: int) -> None:
+        """Take back the newest item, begun at ``start`` (it could not be handed out after all)."""
+        if not self._pending or self._pending[-1][0] != start:
+            raise ValueError(f"the newest item does not begin at {start}")
+        self._pending.pop()
+        self._done.discard(start)
+
     def advance_to(self, position: int) -> None:
         """Treat everything below ``position`` as done (records dropped on purpose): pending items
         ending at or below it are forgotten, and the position moves up to it."""

@@ -49,7 +49,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,7 +60,7 @@ from confluent_kafka import KafkaException, Message, Producer
 from tidelog.clients.errors import ClosedError, QueueFullError, SpoolFullError
 from tidelog.clients.offsets import DonePrefix
 from tidelog.clients.settings import ProducerSettings
-from tidelog.clients.spool import Spool, SpooledRecord
+from tidelog.clients.spool import Spool, SpooledRecord, normalize_headers
 from tidelog.common.errors import ErrorCode
 from tidelog.common.errors import KafkaError as TidelogKafkaError
 
@@ -122,16 +122,9 @@ def _is_outage(err: RdKafkaError) -> bool:
     return bool(err.retriable()) and code not in _HOPELESS_CODES
 
 
-def _headers(headers: HeadersArg | Any) -> tuple[tuple[str, bytes | None], ...]:
-    if not headers:
-        return ()
-    items: Iterable[Any] = headers.items() if isinstance(headers, Mapping) else headers
-    return tuple((str(name), value.encode() if isinstance(value, str) else value) for name, value in items)
-
-
 def _record_of(msg: Message) -> SpooledRecord:
     _, timestamp = msg.timestamp()
-    headers = _headers(msg.headers())
+    headers = normalize_headers(msg.headers())
     partition = msg.partition()
     return SpooledRecord(msg.topic() or "", msg.value(), msg.key(), headers,
                          -1 if partition is None else partition, timestamp)
@@ -236,7 +229,7 @@ class LogProducer:
             value = value.encode()
         if isinstance(key, str):
             key = key.encode()
-        header_tuple = _headers(headers)
+        header_tuple = normalize_headers(headers)
         ts = int(time.time() * 1000) if timestamp is None else timestamp
         with self._lock:
             if self._closed:

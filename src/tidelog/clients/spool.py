@@ -36,9 +36,10 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tidelog.clients.errors import SpoolLockedError
 from tidelog.protocol.compression import Compression
@@ -80,6 +81,14 @@ class SpoolBatch:
     base_offset: int
     next_offset: int
     records: list[SpooledRecord]
+
+
+def normalize_headers(headers: object) -> tuple[tuple[str, bytes | None], ...]:
+    """Headers as confluent-kafka takes them (a mapping or pairs; str values) as (name, bytes) pairs."""
+    if not headers:
+        return ()
+    items: Iterable[Any] = headers.items() if isinstance(headers, Mapping) else headers  # type: ignore[assignment]
+    return tuple((str(name), value.encode() if isinstance(value, str) else value) for name, value in items)
 
 
 def _encode(record: SpooledRecord, offset: int) -> Record:
