@@ -131,16 +131,27 @@ def _record_of(msg: Message) -> SpooledRecord:
 
 
 class _LiveAck:
-    """The delivery callback of one live record; it holds the record for the spool if it comes back."""
+    """The delivery callback of one live record. It keeps the record's fields, from which the
+    SpooledRecord is built only if the record comes back (one small object on the hot path)."""
 
-    __slots__ = ("owner", "record")
+    __slots__ = ("headers", "key", "owner", "partition", "timestamp", "topic", "value")
 
-    def __init__(self, owner: LogProducer, record: SpooledRecord) -> None:
+    def __init__(self, owner: LogProducer, topic: str, value: bytes | None, key: bytes | None,
+                 headers: tuple[tuple[str, bytes | None], ...], partition: int, timestamp: int) -> None:
         self.owner = owner
-        self.record = record
+        self.topic = topic
+        self.value = value
+        self.key = key
+        self.headers = headers
+        self.partition = partition
+        self.timestamp = timestamp
 
     def __call__(self, err: RdKafkaError | None, _msg: Message) -> None:
-        self.owner._on_live_delivery(self.record, err)
+        if err is None:
+            self.owner._on_live_ack()
+        else:
+            record = SpooledRecord(self.topic, self.value, self.key, self.headers, self.partition, self.timestamp)
+            self.owner._on_live_delivery(record, err)
 
 
 class _ReplayBatch:
@@ -235,17 +246,20 @@ class LogProducer:
             if self._closed:
                 raise ClosedError("the LogProducer is closed")
             self._settled = False
-            record = SpooledRecord(topic, value, key, header_tuple, partition, ts)
             if self._mode is Mode.LIVE and not self._queue:
                 try:
-                    self._produce_live(record, refused_raises=True)
+                    self._producer.produce(topic, value, key, partition=partition, timestamp=ts,
+                                           headers=list(header_tuple) if header_tuple else None,
+                                           on_delivery=_LiveAck(self, topic, value, key, header_tuple, partition, ts))
                 except BufferError:
                     pass
                 else:
+                    self._live_produced += 1
                     self._sent += 1
                     return
             elif self._spool_full:
                 raise SpoolFullError(f"the spool holds spool.max.bytes ({self._settings.spool_max_bytes})")
+            record = SpooledRecord(topic, value, key, header_tuple, partition, ts)
             self._wait_for_room(record.size)
             self._queue.append(record)
             self._queue_bytes += record.size
@@ -326,12 +340,15 @@ class LogProducer:
             if err.fatal():
                 self._outage_reason = f"fatal producer error: {err.str()}"
 
-    def _on_live_delivery(self, record: SpooledRecord, err: RdKafkaError | None) -> None:
+    def _on_live_ack(self) -> None:
         self._live_done += 1
-        if err is None:
-            self._delivered += 1
-            self._progress()
-        elif _is_outage(err):
+        self._delivered += 1
+        self._last_progress = time.monotonic()
+        self._brokers_down = False
+
+    def _on_live_delivery(self, record: SpooledRecord, err: RdKafkaError) -> None:
+        self._live_done += 1
+        if _is_outage(err):
             rank = _PURGE_RANK.get(err.code(), 0)
             self._returned.append((rank, len(self._returned), record))
             self._outage_reason = self._outage_reason or f"delivery failed: {err.str()}"
@@ -459,23 +476,22 @@ class LogProducer:
                     return
                 record = self._queue[0]
                 try:
-                    self._produce_live(record, refused_raises=False)
+                    self._produce_live(record)
                 except BufferError:
                     return
                 self._queue.popleft()
                 self._queue_bytes -= record.size
                 self._cond.notify_all()
 
-    def _produce_live(self, record: SpooledRecord, *, refused_raises: bool) -> None:
+    def _produce_live(self, record: SpooledRecord) -> None:
         """Hand ``record`` to librdkafka (under the lock). Its callback keeps the record: librdkafka
         reports a purged message without its headers and timestamp, and the spool needs both."""
         try:
             self._producer.produce(record.topic, record.value, record.key, partition=record.partition,
                                    timestamp=record.timestamp, headers=list(record.headers) or None,
-                                   on_delivery=_LiveAck(self, record))
+                                   on_delivery=_LiveAck(self, record.topic, record.value, record.key,
+                                                        record.headers, record.partition, record.timestamp))
         except KafkaException as exc:
-            if refused_raises:
-                raise
             self._fail(record, str(exc))  # refused outright (too large...): counted as handled
         else:
             self._live_produced += 1
