@@ -118,7 +118,7 @@ class ConsumerMetrics:
     queued: int
     in_flight: int
     paused_partitions: int
-    committed: dict[TP, int]
+    committed: dict[TP, int]  # the last offset this consumer committed per partition (owned or not now)
     lag: dict[TP, int]  # high watermark minus committed offset, per owned partition, as of the last commit
     handled_total: int
     retries_total: int
@@ -202,6 +202,7 @@ class LogConsumer:
         self._generation = 0
         self._stop = threading.Event()
         self._lag: dict[TP, int] = {}
+        self._committed: dict[TP, int] = {}  # every offset this consumer committed, kept after a revoke
         self._error: BaseException | None = None
         self._handled = self._retries = self._dlq = self._rollbacks = self._rebalances = 0
         self._workers = [threading.Thread(target=self._work, args=(self._queues[i % len(self._queues)],),
@@ -246,7 +247,7 @@ class LogConsumer:
 
     def metrics(self) -> ConsumerMetrics:
         with self._lock:
-            committed = {tp: p.committed for tp, p in self._parts.items() if p.committed is not None}
+            committed = dict(self._committed)
             in_flight = sum(p.in_flight for p in self._parts.values())
         lag = dict(self._lag)
         return ConsumerMetrics(
@@ -406,6 +407,7 @@ class LogConsumer:
             return
         with self._lock:
             for tp, (position, _) in batch.items():
+                self._committed[tp] = position
                 if tp in self._parts:
                     self._parts[tp].committed = position
 
