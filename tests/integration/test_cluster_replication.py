@@ -256,3 +256,22 @@ def test_a_consumer_group_keeps_its_offsets_when_its_coordinator_dies(cluster: C
     cluster.wait_for_brokers(set(cluster.brokers) - {coordinator}, timeout=20)
     rest = consume(150)
     assert sorted(first + rest) == sorted(values)  # nothing consumed twice, nothing skipped
+
+
+def test_a_topic_config_altered_through_one_broker_applies_on_the_leader_elsewhere(cluster: Cluster) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    cluster.create_topic("tuned", partitions=3, replication=1)
+    md = cluster.admin().list_topics("tuned", timeout=5).topics["tuned"]
+    by_leader = {p.leader: p.id for p in md.partitions.values()}
+    other = next(node for node in by_leader if node != 1)
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[1].bootstrap})  # altered through broker 1
+    resource = ConfigResource("topic", "tuned", incremental_configs=[
+        ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(10)
+    time.sleep(0.5)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": 1, "retries": 0})
+    errors: list[KafkaError | None] = []
+    producer.produce("tuned", value=b"x" * 5000, partition=by_leader[other], on_delivery=lambda e, _m: errors.append(e))
+    producer.flush(10)
+    assert errors and errors[0] is not None and errors[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
