@@ -275,3 +275,20 @@ def test_a_topic_config_altered_through_one_broker_applies_on_the_leader_elsewhe
     producer.produce("tuned", value=b"x" * 5000, partition=by_leader[other], on_delivery=lambda e, _m: errors.append(e))
     producer.flush(10)
     assert errors and errors[0] is not None and errors[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+
+def test_delete_records_on_the_leader_moves_the_followers_log_start_too(cluster: Cluster) -> None:
+    from confluent_kafka import TopicPartition as TP
+
+    cluster.create_topic("trimmed", replication=3)
+    assert produce(cluster.bootstrap, "trimmed", [b"r%d" % i for i in range(100)]) == [None] * 100
+    admin = cluster.admin()
+    admin.delete_records([TP("trimmed", 0, 60)])[TP("trimmed", 0, 60)].result(10)
+    leader = cluster.partition("trimmed", 0)[0]
+    time.sleep(1.5)  # a follower fetch or two carries the leader's log start
+    cluster.brokers[leader].kill9()
+    cluster.wait_for_leader("trimmed", 0, not_=leader)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "x"})
+    low, high = consumer.get_watermark_offsets(TP("trimmed", 0), timeout=10)
+    consumer.close()
+    assert (low, high) == (60, 100)
