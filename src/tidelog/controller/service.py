@@ -38,11 +38,15 @@ class ControllerService:
         self.unclean_allowed = unclean_allowed
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="controller")
 
     async def stop(self) -> None:
+        # The flag ends the loop even when the cancellation is lost: Python 3.11's wait_for swallows
+        # it if the awaited event is set in the same turn of the loop (and then stop() never returned).
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             try:
@@ -55,13 +59,13 @@ class ControllerService:
             self._wake.set()
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await asyncio.wait_for(self._wake.wait(), PASS_INTERVAL_S)
             except TimeoutError:
                 pass
             self._wake.clear()
-            if not self.store.is_controller:
+            if self._stopping or not self.store.is_controller:
                 continue
             try:
                 await self.run_pass()

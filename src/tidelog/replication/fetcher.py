@@ -85,6 +85,7 @@ class FollowerFetcher:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._connection: KafkaConnection | None = None
+        self._stopping = False
         self._unreachable = False
 
     # -- control ----------------------------------------------------------------------------------
@@ -103,6 +104,7 @@ class FollowerFetcher:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.leader_id}")
 
     async def stop(self) -> None:
+        self._stopping = True  # ends the loop if Python 3.11's wait_for swallows the cancellation
         if self._task is not None:
             self._task.cancel()
             try:
@@ -118,7 +120,7 @@ class FollowerFetcher:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
+        while not self._stopping:
             now = loop.time()
             active = {tp: f for tp, f in self.partitions.items() if f.resting_until <= now}
             if not active:
