@@ -292,3 +292,16 @@ def test_delete_records_on_the_leader_moves_the_followers_log_start_too(cluster:
     low, high = consumer.get_watermark_offsets(TP("trimmed", 0), timeout=10)
     consumer.close()
     assert (low, high) == (60, 100)
+
+
+def test_leadership_returns_to_the_preferred_replica_after_it_comes_back(cluster: Cluster) -> None:
+    cluster.create_topic("preferred", replication=3)
+    preferred = cluster.partition("preferred", 0)[1][0]
+    cluster.brokers[preferred].stop()
+    cluster.wait_for_leader("preferred", 0, not_=preferred)
+    cluster.brokers[preferred].start()
+    cluster.wait_for_isr("preferred", 0, {1, 2, 3})
+    deadline = time.monotonic() + 20
+    while cluster.partition("preferred", 0)[0] != preferred and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert cluster.partition("preferred", 0)[0] == preferred

@@ -34,7 +34,7 @@ from tidelog.broker.topic_admin import TopicAdmin
 from tidelog.broker.txn_runtime import TxnRuntime
 from tidelog.common.config import BrokerConfig, resolve_topic_config
 from tidelog.common.errors import ConfigError
-from tidelog.controller.service import ControllerService
+from tidelog.controller.service import ControllerService, RebalanceSettings
 from tidelog.metadata.errors import DuplicateBrokerError
 from tidelog.metadata.etcd_store import EtcdMetadataStore
 from tidelog.metadata.image import BrokerEndpoint, BrokerRegistration, ClusterImage
@@ -240,7 +240,11 @@ class BrokerNode:
         if groups is not None:  # the group coordinator follows leadership of __consumer_offsets
             store.subscribe(groups.on_image)
             groups.on_image(store.image, store.image)
-        self.controller = ControllerService(store, unclean_allowed)
+        self.controller = ControllerService(store, unclean_allowed, RebalanceSettings(
+            enabled=bool(self.config.get("auto.leader.rebalance.enable")),
+            interval_s=self.config.get_int("leader.imbalance.check.interval.seconds"),
+            imbalance_percentage=self.config.get_int("leader.imbalance.per.broker.percentage"),
+        ))
         store.subscribe(self.controller.on_image)
         self.controller.start()
         await store.campaign()
