@@ -70,11 +70,17 @@ class Gateway:
         self._bytes = registry.counter("gateway_bytes_written_total", "Record bytes written, by data topic", ("topic",))
         self._rejected = registry.counter("gateway_writes_rejected_total", "Write requests not written, by reason",
                                           ("reason",))
+        self._txn_seconds = registry.histogram("gateway_transaction_seconds", "Time from a shard's transaction "
+                                               "start to its commit", ())
+        self._txn_requests = registry.histogram("gateway_transaction_requests", "Write requests per committed "
+                                                "transaction", (), buckets=(1, 2, 4, 8, 16, 32, 64, 128))
+        self._loop: asyncio.AbstractEventLoop | None = None
         registry.add_collector(self._collect)
 
     # -- life cycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         await asyncio.to_thread(ensure_state_topic, self.admin, self.config)
         self.membership.start()
 
@@ -86,7 +92,15 @@ class Gateway:
         with self._shards_lock:
             for shard in shards:
                 if shard not in self.shards:
-                    self.shards[shard] = ShardWriter(self.config, shard).start()
+                    self.shards[shard] = ShardWriter(self.config, shard, self._committed).start()
+
+    def _committed(self, requests: int, seconds: float) -> None:
+        """Called on a shard's thread after each commit; metrics are updated on the loop."""
+        def observe() -> None:
+            self._txn_seconds.observe((), seconds)
+            self._txn_requests.observe((), requests)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(observe)
 
     def _revoke(self, shards: list[int]) -> None:
         with self._shards_lock:

@@ -107,8 +107,8 @@ def _kafka_error(exc: BaseException) -> KafkaError | None:
 
 
 class ShardWriter:
-    def __init__(self, config: GatewayConfig, shard: int, on_commit: Callable[[Sequence[Pending], float], None]
-                 | None = None) -> None:
+    def __init__(self, config: GatewayConfig, shard: int,
+                 on_commit: Callable[[int, float], None] | None = None) -> None:
         self.config = config
         self.shard = shard
         self.states: dict[bytes, SourceState] = {}
@@ -273,7 +273,7 @@ class ShardWriter:
         for item in pending:
             item.job.future.set_result(_result(item))
         if self._on_commit is not None:
-            self._on_commit(pending, time.monotonic() - started)
+            self._on_commit(len(pending), time.monotonic() - started)
 
     def _produce_job(self, producer: Producer, job: WriteJob, overlay: dict[bytes, SourceState],
                      errors: list[KafkaError]) -> Pending:
@@ -290,12 +290,16 @@ class ShardWriter:
                 continue
             slot = len(item.first_offsets)
             item.first_offsets.append(-1)
-            for index, record in enumerate(chunk.records):
-                headers: list[tuple[str, str | bytes | None]] = [
-                    *record.headers, *job.enrichment, *_chunk_headers(self.config, request.source_id, chunk.seqno)]
-                callback = _first_offset(item.first_offsets, slot, errors) if index == 0 else _collect_error(errors)
-                producer.produce(job.topic, record.value, record.key, partition=decision.partition,
-                                 headers=headers, on_delivery=callback)
+            common: list[tuple[str, str | bytes | None]] = [
+                *job.enrichment, *_chunk_headers(self.config, request.source_id, chunk.seqno)]
+            first, *rest = chunk.records
+            producer.produce(job.topic, first.value, first.key, partition=decision.partition,
+                             headers=[*first.headers, *common], on_delivery=_first_offset(item.first_offsets, slot, errors))
+            # No callback for the others: a failed delivery puts the transaction in an abortable state,
+            # so commit_transaction raises and the whole transaction is aborted.
+            for record in rest:
+                headers = [*record.headers, *common] if record.headers else common  # librdkafka copies them
+                producer.produce(job.topic, record.value, record.key, partition=decision.partition, headers=headers)
         overlay[key] = SourceState(decision.last_seqno, decision.partition)
         return item
 
