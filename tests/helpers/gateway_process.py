@@ -75,7 +75,11 @@ class GatewayProcess:
             self.process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                             cwd=self.workdir, env=env)
         if wait_ready:
-            self.wait_ready(timeout, **client)
+            try:
+                self.wait_ready(timeout, **client)
+            except BaseException:
+                self.kill9()
+                raise
         return self
 
     def wait_ready(self, timeout: float = 30.0, **client: Any) -> None:
@@ -127,7 +131,7 @@ class GatewayProcess:
         self.kill9()
 
     def __enter__(self) -> GatewayProcess:
-        return self.start()
+        return self if self.process is not None else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.close()

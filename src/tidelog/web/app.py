@@ -9,6 +9,11 @@ What every application gets, whatever its own routes:
   ``http_requests_total{route,method,status}`` and ``http_request_duration_seconds{route}``;
 - JSON errors for everything (``errors``), bearer-token auth when tokens are given (``auth``).
 
+A request whose answer is sent before its body was read (401, 413, 400 on a bad query) has the rest of
+its body read and dropped first, up to ``DRAIN_LIMIT`` bytes (``DrainRequestBody``): HTTP/1.1 can then
+keep the connection, and hypercorn's HTTP/2 code, which fails the whole connection on data for a
+stream already answered, never sees that case.
+
 Request metrics are taken by a pure ASGI middleware (no per-request task or body copy); the
 route label is the matched route's path template (``/v1/topics/{topic}/write``), never the raw path,
 so that label cardinality stays bounded; unmatched paths count as ``other``.
@@ -35,6 +40,37 @@ from tidelog.web.errors import EXCEPTION_HANDLERS
 # A readiness check answers (ok, why-not).
 ReadinessCheck = tuple[str, Callable[[], tuple[bool, str]]]
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+DRAIN_LIMIT = 64 * 1024 * 1024
+
+
+class DrainRequestBody:
+    """Reads what is left of the request body before the final response message goes out."""
+
+    def __init__(self, app: ASGIApp, limit: int = DRAIN_LIMIT) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        ended = False
+
+        async def receive_tracking() -> Message:
+            nonlocal ended
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                ended = True
+            return message
+
+        async def send_after_drain(message: Message) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body", False) and not ended:
+                drained = 0
+                while not ended and drained <= self.limit:
+                    drained += len((await receive_tracking()).get("body", b""))
+            await send(message)
+
+        await self.app(scope, receive_tracking, send_after_drain)
 
 
 class RequestMetrics:
@@ -98,7 +134,7 @@ def create_app(
 
     common = [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"])]
-    middleware = [Middleware(RequestMetrics, requests=requests, duration=duration)]
+    middleware = [Middleware(DrainRequestBody), Middleware(RequestMetrics, requests=requests, duration=duration)]
     if tokens is not None:
         middleware.append(Middleware(BearerAuth, tokens=tokens))
     return Starlette(routes=[*common, *routes], middleware=middleware,
