@@ -55,8 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (env TIDELOG_LOG_LEVEL; default INFO for "
                         "serve, WARNING for the client commands)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    dev_cluster,
-    gateway,
+    for module in (serve, dev_cluster, gateway, topics, configs, produce, consume, groups, transactions, cluster, acls,
+                   users, perf):
         module.add_parser(sub)
     return parser
 
