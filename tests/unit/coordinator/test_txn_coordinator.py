@@ -21,6 +21,9 @@ class Harness:
     def __init__(self, config: TxnConfig | None = None) -> None:
         self.core = TxnCoordinator(config)
         self.core.num_partitions = 3
+        for partition in range(3):  # a single node: every partition owned, at coordinator epoch 0
+            self.core.begin_loading(partition, 0)
+            self.core.complete_loading(partition)
         self.ids = itertools.count(1000)
         self.log: list[TxnRecord] = []
         self.now = 1_000
