@@ -240,6 +240,10 @@ class BrokerNode:
         if groups is not None:  # the group coordinator follows leadership of __consumer_offsets
             store.subscribe(groups.on_image)
             groups.on_image(store.image, store.image)
+        txns = ctx.transactions
+        if txns is not None:  # so does the transaction coordinator, of __transaction_state
+            store.subscribe(txns.on_image)
+            txns.on_image(store.image, store.image)
         self.controller = ControllerService(store, unclean_allowed, RebalanceSettings(
             enabled=bool(self.config.get("auto.leader.rebalance.enable")),
             interval_s=self.config.get_int("leader.imbalance.check.interval.seconds"),
