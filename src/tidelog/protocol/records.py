@@ -78,8 +78,10 @@ __all__ = [
     "concat_batches",
     "decode_records",
     "iter_batches",
+    "null_key_indices",
     "parse_control_record",
     "recompress_batch",
+    "record_stamps",
     "scan_valid_prefix",
     "set_base_offset",
     "set_log_append_time",
@@ -428,21 +430,35 @@ def _decode_section(body: Buffer, header: BatchHeader) -> list[Record]:
 
 def batch_has_null_key(batch: Buffer) -> bool:
     """True when any record of the batch has a null key (compacted topics refuse those)."""
+    return bool(null_key_indices(batch))
+
+
+def null_key_indices(batch: Buffer) -> list[int]:
+    """Indexes (0 for the batch's first record) of the records whose key is null; a control batch has none."""
+    return [i for i, (_, keyless) in enumerate(record_stamps(batch)) if keyless]
+
+
+def record_stamps(batch: Buffer) -> list[tuple[int, bool]]:
+    """(timestamp, key is null) of every record of the batch, in order; empty for a control batch.
+
+    Reads only each record's length, timestamp delta and key length, decompressing if needed: no
+    record is built. A LogAppendTime batch gives every record the batch's max timestamp."""
     header = BatchHeader.parse(batch)
     if header.is_control:
-        return False
+        return []
     body = _records_section(batch, header)
+    log_append = header.attributes & _TIMESTAMP_TYPE_BIT
+    found: list[tuple[int, bool]] = []
     pos = 0
     for _ in range(header.records_count):
         length, pos = _read_varint(body, pos)
         end = pos + length
-        _, p = _read_varint(body, pos + 1)
+        ts_delta, p = _read_varint(body, pos + 1)
         _, p = _read_varint(body, p)
         key_length, _ = _read_varint(body, p)
-        if key_length < 0:
-            return True
+        found.append((header.max_timestamp if log_append else header.base_timestamp + ts_delta, key_length < 0))
         pos = end
-    return False
+    return found
 
 
 def _encode_record(out: bytearray, record: Record, offset_delta: int, ts_delta: int) -> None:

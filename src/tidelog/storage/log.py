@@ -49,17 +49,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from tidelog.common.errors import ErrorCode, KafkaError, StorageError
+from tidelog.common.errors import ErrorCode, KafkaError, RecordValidationError, StorageError
 from tidelog.protocol.compression import Compression
 from tidelog.protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,
     ControlType,
-    batch_has_null_key,
     decode_records,
     iter_batches,
     parse_control_record,
     recompress_batch,
+    record_stamps,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
@@ -74,6 +74,7 @@ from tidelog.storage.txn_index import AbortedTxn
 Buffer = bytes | bytearray | memoryview
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 _REWRITTEN = 16  # base offset, batch length, partition leader epoch: the bytes before magic
+_UNBOUNDED_MS = 2**63 - 1  # Long.MAX_VALUE: message.timestamp.before.max.ms with no lower bound
 
 
 class AppendInfo(NamedTuple):
@@ -467,15 +468,38 @@ class PartitionLog:
                              f"batch of {header.size} bytes exceeds max.message.bytes {self.config.max_message_bytes}")
         if header.is_control and from_client:
             raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
-        if self.config.compact and batch_has_null_key(buf[position : position + header.size]):
-            raise KafkaError(ErrorCode.INVALID_RECORD, "compacted topic refuses records without a key")
-        if not self.config.log_append_time and from_client:
-            lowest = now_ms - self.config.message_timestamp_before_max_ms
-            highest = now_ms + self.config.message_timestamp_after_max_ms
-            if header.base_timestamp < lowest or header.max_timestamp > highest:
-                raise KafkaError(ErrorCode.INVALID_TIMESTAMP,
-                                 f"timestamps {header.base_timestamp}..{header.max_timestamp} outside "
-                                 f"[{lowest}, {highest}]")
+        check_timestamps = not self.config.log_append_time and from_client
+        lowest = now_ms - self.config.message_timestamp_before_max_ms
+        highest = now_ms + self.config.message_timestamp_after_max_ms
+        # A record's timestamp delta may be negative: the header bounds every record only from above,
+        # so a topic with a lower bound has its records' timestamps read.
+        timestamps_out = check_timestamps and (
+            header.max_timestamp > highest or header.base_timestamp < lowest
+            or self.config.message_timestamp_before_max_ms < _UNBOUNDED_MS
+        )
+        if self.config.compact or timestamps_out:
+            self._validate_records(buf[position : position + header.size], timestamps_out, lowest, highest)
+
+    def _validate_records(self, batch: memoryview, check_timestamps: bool, lowest: int, highest: int) -> None:
+        """Kafka's per-record checks, reported for every failing record (KIP-467): a null key on a
+        compacted topic (INVALID_RECORD), a CreateTime timestamp outside [lowest, highest]
+        (INVALID_TIMESTAMP, which wins for the partition). A record fails at most once, key first."""
+        failed: dict[int, str] = {}
+        bad_time = False
+        for index, (timestamp, keyless) in enumerate(record_stamps(batch)):
+            if keyless and self.config.compact:
+                failed[index] = "a compacted topic refuses records without a key"
+            elif check_timestamps and timestamp != -1 and not lowest <= timestamp <= highest:
+                bad_time = True
+                failed[index] = f"timestamp {timestamp} is outside [{lowest}, {highest}]"
+        if not failed:
+            return
+        errors = tuple(sorted(failed.items()))
+        shown = "; ".join(f"record {i}: {why}" for i, why in errors[:3])
+        if bad_time:
+            raise RecordValidationError(ErrorCode.INVALID_TIMESTAMP,
+                                        f"{len(errors)} records refused for invalid timestamps ({shown})", errors)
+        raise RecordValidationError(ErrorCode.INVALID_RECORD, f"{len(errors)} records refused ({shown})", errors)
 
     def _assign_and_write(
         self, buf: memoryview, headers: list[tuple[BatchHeader, int]], leader_epoch: int, now_ms: int
