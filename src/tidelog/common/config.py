@@ -264,7 +264,8 @@ _BROKER: list[Setting] = [
     Setting("allow.everyone.if.no.acl.found", Type.BOOLEAN, False, "Allow a request on a resource no ACL mentions.", _B),
     Setting("authorizer.mode", Type.STRING, "enforce", "tidelog: enforce ACLs, or audit: allow every request and record those enforcement would deny (the path from an open cluster to a locked one). Per listener.", _B, True, one_of("enforce", "audit")),
     Setting("authorizer.audit.flush.interval.ms", Type.LONG, 10_000, "tidelog: how often the audit record is written to __acl_audit.json in the first log dir.", _B, False, at_least(1)),
-    Setting("authorizer.audit.max.entries", Type.INT, 10_000, "tidelog: most distinct (principal, client, host, resource, operation) rows the audit keeps; more are counted as dropped.", _B, False, at_least(1)),
+    Setting("authorizer.audit.max.entries", Type.INT, 10_000, "tidelog: most distinct (principal, client, host, resource, operation) rows the audit keeps; more are counted as dropped.", _B, False, at_least(1)),    # -- admin APIs answered as a single node (issue 24)
+    Setting("max.request.partition.size.limit", Type.INT, 2000, "Most partitions one DescribeTopicPartitions response holds; the rest comes through its cursor.", _B, False, at_least(1)),
 ]
 
 # Keys that may also be set for one listener as listener.name.<listener>.<key> (listener in lower case).
