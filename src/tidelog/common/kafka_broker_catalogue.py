@@ -364,3 +364,25 @@ KAFKA_BROKER_KEYS: dict[str, tuple[str, str | None, str, bool]] = {
     "unstable.api.versions.enable": ("BOOLEAN", "false", "read-only", False),
     "unstable.feature.versions.enable": ("BOOLEAN", "false", "read-only", False),
 }
+
+# GROUP resource (type 32) keys: name -> (type, broker key giving the default or None, default as
+# Kafka renders it or None).
+KAFKA_GROUP_KEYS: dict[str, tuple[str, str | None, str | None]] = {
+    "consumer.assignment.interval.ms": ("INT", "group.consumer.assignment.interval.ms", "1000"),
+    "consumer.heartbeat.interval.ms": ("INT", "group.consumer.heartbeat.interval.ms", "5000"),
+    "consumer.session.timeout.ms": ("INT", "group.consumer.session.timeout.ms", "45000"),
+    "share.assignment.interval.ms": ("INT", "group.share.assignment.interval.ms", "1000"),
+    "share.auto.offset.reset": ("STRING", None, "latest"),
+    "share.delivery.count.limit": ("INT", "group.share.delivery.count.limit", "5"),
+    "share.heartbeat.interval.ms": ("INT", "group.share.heartbeat.interval.ms", "5000"),
+    "share.isolation.level": ("STRING", None, "read_uncommitted"),
+    "share.partition.max.record.locks": ("INT", "group.share.partition.max.record.locks", "2000"),
+    "share.record.lock.duration.ms": ("INT", "group.share.record.lock.duration.ms", "30000"),
+    "share.renew.acknowledge.enable": ("BOOLEAN", None, "true"),
+    "share.session.timeout.ms": ("INT", "group.share.session.timeout.ms", "45000"),
+    "streams.assignment.interval.ms": ("INT", "group.streams.assignment.interval.ms", "1000"),
+    "streams.heartbeat.interval.ms": ("INT", "group.streams.heartbeat.interval.ms", "5000"),
+    "streams.initial.rebalance.delay.ms": ("INT", "group.streams.initial.rebalance.delay.ms", "3000"),
+    "streams.num.standby.replicas": ("INT", "group.streams.num.standby.replicas", "0"),
+    "streams.session.timeout.ms": ("INT", "group.streams.session.timeout.ms", "45000"),
+}

@@ -5,6 +5,7 @@
 import java.util.Map;
 import java.util.TreeMap;
 import org.apache.kafka.common.config.ConfigDef;
+import org.apache.kafka.coordinator.group.GroupConfig;
 import org.apache.kafka.server.config.AbstractKafkaConfig;
 import org.apache.kafka.server.config.DynamicBrokerConfig;
 
@@ -27,6 +28,19 @@ public class BrokerConfigCatalogue {
             out.append("    ").append(py(e.getKey())).append(": (").append(py(key.type.name())).append(", ")
                .append(rendered == null ? "None" : py(rendered)).append(", ").append(py(mode)).append(", ")
                .append(key.type == ConfigDef.Type.PASSWORD ? "True" : "False").append("),\n");
+        }
+        out.append("}\n\n");
+        out.append("# GROUP resource (type 32) keys: name -> (type, broker key giving the default or None, default as\n");
+        out.append("# Kafka renders it or None).\n");
+        out.append("KAFKA_GROUP_KEYS: dict[str, tuple[str, str | None, str | None]] = {\n");
+        Map<String, ConfigDef.ConfigKey> groupKeys = new TreeMap<>(GroupConfig.CONFIG_DEF.configKeys());
+        for (Map.Entry<String, ConfigDef.ConfigKey> e : groupKeys.entrySet()) {
+            ConfigDef.ConfigKey key = e.getValue();
+            String synonym = GroupConfig.brokerSynonym(e.getKey()).orElse(null);
+            String rendered = key.hasDefault() && key.defaultValue != null ? ConfigDef.convertToString(key.defaultValue, key.type) : null;
+            out.append("    ").append(py(e.getKey())).append(": (").append(py(key.type.name())).append(", ")
+               .append(synonym == null ? "None" : py(synonym)).append(", ")
+               .append(rendered == null ? "None" : py(rendered)).append("),\n");
         }
         out.append("}\n");
         System.out.print(out);
