@@ -16,7 +16,8 @@ ListConfigResources.
   voter and leader of ``__cluster_metadata`` (epoch 1, always caught up, high watermark 0); observers
   are none. Asked for anything else, the first partition named is answered UNKNOWN_TOPIC_OR_PARTITION.
 - ListConfigResources (KIP-1142): v0 lists client-metrics resources only (tidelog has none); v1 lists
-  topics, the broker (as BROKER_LOGGER and BROKER), client-metrics resources and groups, filtered by
+  topics, the broker (as BROKER_LOGGER and BROKER), client-metrics resources and groups (those the
+  coordinator knows and those with configs of their own), filtered by
   the requested types (every type when none is named); a type outside these is UNSUPPORTED_VERSION.
   DESCRIBE_CONFIGS on the cluster is required.
 """
@@ -211,5 +212,6 @@ async def list_config_resources(ctx: BrokerContext, conn: ConnectionInfo, header
             resources.append((str(ctx.node_id), kind))
     if GROUP_TYPE in wanted and ctx.groups is not None and ctx.groups.running:
         _, listed = ctx.groups.list_groups([], [])
-        resources += [(g.group_id, GROUP_TYPE) for g in sorted(listed, key=lambda g: g.group_id)]
+        names = {g.group_id for g in listed} | set(ctx.groups.configs.groups)
+        resources += [(name, GROUP_TYPE) for name in sorted(names)]
     return answer(ErrorCode.NONE, resources)
