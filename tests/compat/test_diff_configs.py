@@ -156,6 +156,75 @@ def scenario_incremental_alter_broker_configs(b: Broker) -> None:
     describe_configs(b, "broker after undo", BROKER_RESOURCE, "1", ["log.retention.ms"], synonyms=True)
 
 
+def scenario_alter_kafka_broker_keys_tidelog_does_not_use(b: Broker) -> None:
+    """A dynamic Kafka broker key tidelog has no use for (sasl.kerberos.min.time.before.relogin) is
+    accepted, stored and described; a read-only one (broker.heartbeat.interval.ms) is refused with
+    INVALID_REQUEST; a name in no catalogue is INVALID_CONFIG (Kafka stores it: allowed difference).
+    Both are deleted again at the end, so that other scenarios see the broker as it started."""
+    key = "sasl.kerberos.min.time.before.relogin"
+    incremental_alter_configs(b, "set a dynamic key", BROKER_RESOURCE, "1", [(key, SET, "120000")])
+    # Kafka applies a dynamic config when its metadata record reaches the broker, a moment later
+    b.wait_until("the new value is described", lambda: _broker_value(b, key) == "120000")
+    describe_configs(b, "described", BROKER_RESOURCE, "1", [key], synonyms=True)
+    incremental_alter_configs(b, "set a read-only key", BROKER_RESOURCE, "1",
+                              [("broker.heartbeat.interval.ms", SET, "3000")])
+    incremental_alter_configs(b, "set an unknown key", BROKER_RESOURCE, "1", [("no.such.broker.key", SET, "1")])
+    incremental_alter_configs(b, "delete them", BROKER_RESOURCE, "1", [(key, DELETE, None)])
+    incremental_alter_configs(b, "delete the unknown key", BROKER_RESOURCE, "1", [("no.such.broker.key", DELETE, None)])
+
+
+def _broker_value(b: Broker, key: str) -> str | None:
+    response: Any = describe_configs(b, None, BROKER_RESOURCE, "1", [key])
+    configs = getattr(response, "results", [None])[0]
+    return None if configs is None or not configs.configs else str(configs.configs[0].value)
+
+
+def scenario_describe_configs_whole_broker(b: Broker) -> None:
+    """Every key of the broker's description (no key list): names, read-only flags, sources, types
+    and sensitivity, compared key by key."""
+    response: Any = describe_configs(b, None, BROKER_RESOURCE, "1", None)
+    configs = getattr(response, "results", [None])[0]
+    if configs is None:
+        b.note("describe", repr(response))
+        return
+    b.note("broker keys", {c.name: {"read_only": c.read_only, "source": int(c.config_source),
+                                    "sensitive": c.is_sensitive, "type": int(c.config_type)} for c in configs.configs})
+
+
+GROUP_RESOURCE = 32
+GROUP_KEYS = ["consumer.session.timeout.ms", "consumer.heartbeat.interval.ms", "share.record.lock.duration.ms"]
+
+
+def _group_value(b: Broker, group: str, key: str) -> str | None:
+    response: Any = describe_configs(b, None, GROUP_RESOURCE, group, [key])
+    configs = getattr(response, "results", [None])[0]
+    return None if configs is None or not configs.configs else str(configs.configs[0].value)
+
+
+def scenario_group_configs(b: Broker) -> None:
+    """GROUP resource configs (KIP-848): a group's defaults with synonyms, SET of the session timeout
+    and heartbeat interval, values outside the broker's bounds, a heartbeat not below the session
+    timeout, an unknown key (INVALID_CONFIG each), DELETE, and AlterConfigs replacing the set."""
+    group = b.topic("-group")
+    describe_configs(b, "defaults", GROUP_RESOURCE, group, GROUP_KEYS, synonyms=True)
+    incremental_alter_configs(b, "set", GROUP_RESOURCE, group, [
+        ("consumer.session.timeout.ms", SET, "50000"), ("consumer.heartbeat.interval.ms", SET, "6000")])
+    b.wait_until("the new value is described", lambda: _group_value(b, group, "consumer.session.timeout.ms") == "50000")
+    describe_configs(b, "described", GROUP_RESOURCE, group, GROUP_KEYS, synonyms=True)
+    incremental_alter_configs(b, "session timeout below the minimum", GROUP_RESOURCE, group,
+                              [("consumer.session.timeout.ms", SET, "1000")])
+    incremental_alter_configs(b, "heartbeat above the maximum", GROUP_RESOURCE, group,
+                              [("consumer.heartbeat.interval.ms", SET, "600000")])
+    incremental_alter_configs(b, "unknown key", GROUP_RESOURCE, group, [("no.such.group.key", SET, "1")])
+    incremental_alter_configs(b, "not a number", GROUP_RESOURCE, group, [("consumer.session.timeout.ms", SET, "x")])
+    incremental_alter_configs(b, "delete", GROUP_RESOURCE, group, [("consumer.heartbeat.interval.ms", DELETE, None)])
+    b.wait_until("the deletion is described", lambda: _group_value(b, group, "consumer.heartbeat.interval.ms") == "5000")
+    alter_configs(b, "replace the set", GROUP_RESOURCE, group, {"share.record.lock.duration.ms": "20000"})
+    b.wait_until("the replacement is described", lambda: _group_value(b, group, "consumer.session.timeout.ms") == "45000")
+    describe_configs(b, "after replacing", GROUP_RESOURCE, group, GROUP_KEYS)
+    alter_configs(b, "clear", GROUP_RESOURCE, group, {})
+
+
 @pytest.mark.parametrize("scenario", scenario_params(globals()))
 def test_same_as_kafka(scenario: ScenarioFn, compare_with_kafka: Callable[[ScenarioFn], Result]) -> None:
     compare_with_kafka(scenario)

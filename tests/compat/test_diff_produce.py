@@ -189,6 +189,62 @@ def scenario_produce_to_topics_with_a_compression_type(b: Broker) -> None:
         fetch(b, f"fetch from the {codec} topic", name, 0)
 
 
+def _batch_with_timestamps(timestamps: list[int], keys: list[bytes | None]) -> bytes:
+    """One uncompressed batch whose records carry their own timestamps (kafka-python's builder)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.record.default_records import DefaultRecordBatchBuilder
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    for i, (timestamp, key) in enumerate(zip(timestamps, keys, strict=True)):
+        builder.append(i, timestamp=timestamp, key=key, value=b"v%d" % i, headers=[])
+    return bytes(builder.build())
+
+
+def scenario_produce_keyless_records_to_a_compacted_topic(b: Broker) -> None:
+    """A batch of six records, three without a key, to a compacted topic: INVALID_RECORD, and
+    record_errors names records 1, 3 and 5 (KIP-467), so a client fails exactly those; nothing is
+    written. A compressed batch is checked the same way."""
+    name = b.topic()
+    create_topic(b, name, 1, {"cleanup.policy": "compact"})
+    keys = [b"a", None, b"b", None, b"c", None]
+    produce(b, "keyless records 1, 3, 5", name, batch([b"v"] * 6, keys=keys))
+    produce(b, "compressed, keyless record 0", name, _compressed_batch_with_keys([None, b"k"], codec=1))
+    list_offsets(b, "latest", name, -1)
+
+
+def _compressed_batch_with_keys(keys: list[bytes | None], codec: int) -> bytes:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.record.default_records import DefaultRecordBatchBuilder
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    for i, key in enumerate(keys):
+        builder.append(i, timestamp=BASE_TS, key=key, value=b"v", headers=[])
+    return bytes(builder.build())
+
+
+def scenario_produce_timestamps_out_of_range_record_by_record(b: Broker) -> None:
+    """message.timestamp.before.max.ms and after.max.ms of one hour: a batch whose records 1 (two
+    hours ahead) and 3 (two hours behind) are out of range gets INVALID_TIMESTAMP with both in
+    record_errors; on a compacted topic a keyless record and a late one are both listed, and the
+    partition's error is INVALID_TIMESTAMP."""
+    hour = 3600 * 1000
+    limits = {"message.timestamp.before.max.ms": str(hour), "message.timestamp.after.max.ms": str(hour)}
+    name = b.topic()
+    create_topic(b, name, 1, limits)
+    now = int(time.time() * 1000)
+    keys: list[bytes | None] = [b"k"] * 4
+    produce(b, "records 1 and 3 out of range", name, _batch_with_timestamps([now, now + 2 * hour, now, now - 2 * hour], keys))
+    produce(b, "all in range", name, _batch_with_timestamps([now, now + 1000, now - 1000], keys[:3]))
+    compacted = b.topic("-compacted")
+    create_topic(b, compacted, 1, {**limits, "cleanup.policy": "compact"})
+    produce(b, "keyless record 0, late record 2", compacted,
+            _batch_with_timestamps([now, now, now - 2 * hour], [None, b"k", b"k"]))
+    list_offsets(b, "latest", name, -1)
+    list_offsets(b, "latest compacted", compacted, -1)
+
+
 @pytest.mark.parametrize("scenario", scenario_params(globals()))
 def test_same_as_kafka(scenario: ScenarioFn, compare_with_kafka: Callable[[ScenarioFn], Result]) -> None:
     compare_with_kafka(scenario)

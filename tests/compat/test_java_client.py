@@ -70,8 +70,8 @@ def _verdict(done: subprocess.CompletedProcess[str]) -> tuple[bool, str]:
     return passed, detail.replace("|", "/")[:200]
 
 
-CHECKS = ["cluster", "admin", "produce-consume", "group"]
-NEEDS_TOPIC = {"produce-consume", "group"}
+CHECKS = ["cluster", "admin", "produce-consume", "group", "static-group"]
+NEEDS_TOPIC = {"produce-consume", "group", "static-group"}
 # Known tidelog bugs (docs/dev/compat-findings.md) that make a check fail against tidelog: the test
 # is a strict expected failure until they are fixed, then fails so that the entry is removed here.
 KNOWN_BUGS: dict[str, str] = {}

@@ -14,6 +14,7 @@ import tidelog.broker.handlers.consumer_groups as consumer_group_handlers
 import tidelog.broker.handlers.security as security_handlers
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.handlers import (
+    admin_describe,
     cluster,
     configs,
     fetch,
@@ -75,6 +76,10 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.WRITE_TXN_MARKERS: txn_markers.write_txn_markers,
     ApiKey.DESCRIBE_TRANSACTIONS: transactions.describe_transactions,
     ApiKey.LIST_TRANSACTIONS: transactions.list_transactions,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: admin_describe.describe_topic_partitions,
+    ApiKey.DESCRIBE_PRODUCERS: admin_describe.describe_producers,
+    ApiKey.DESCRIBE_QUORUM: admin_describe.describe_quorum,
+    ApiKey.LIST_CONFIG_RESOURCES: admin_describe.list_config_resources,
 }
 
 

@@ -31,10 +31,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import pathlib
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tidelog.broker.group_configs import GroupConfigs
 from tidelog.common.config import BrokerConfig
 from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.coordinator.consumer_group import (
@@ -152,6 +154,10 @@ class GroupRuntime:
         self.core = GroupCoordinator(coordinator_config(config), partition_exists=self._partition_exists,
                                      consumer_config=consumer_group_config(config), topics=self._topics)
         self.port = PartitionLogPort(ctx)
+        log_dirs = config.get("log.dirs")
+        first_dir = pathlib.Path(log_dirs[0] if isinstance(log_dirs, list) and log_dirs else ".").resolve()
+        self.configs = GroupConfigs(first_dir, config)  # GROUP resource configs (type 32)
+        self.configs.apply_all(self.core.consumer)
         self.compression = _COMPRESSION[config.get_int("offsets.topic.compression.codec")]
         self.commit_timeout_s = config.get_int("offsets.commit.timeout.ms") / 1000
         self.load_buffer = config.get_int("offsets.load.buffer.size")

@@ -29,6 +29,7 @@ from tidelog.cli.common import (
     parse_assignments,
     result,
 )
+from tidelog.common.ids import kafka_uuid_string
 
 EXAMPLES = """\
 examples:
@@ -245,7 +246,7 @@ def _describe(args: argparse.Namespace) -> int:
             if not partitions:
                 continue
         topics.append({
-            "topic": name, "topic_id": str(d.topic_id), "internal": bool(d.is_internal),
+            "topic": name, "topic_id": _topic_id(d.topic_id), "internal": bool(d.is_internal),
             "partition_count": len(d.partitions),
             "replication_factor": len(d.partitions[0].replicas) if d.partitions else 0,
             "configs": overrides.get(name, {}), "partitions": partitions,
@@ -314,3 +315,12 @@ def _offsets(admin: AdminClient, args: argparse.Namespace, partitions: list[tupl
             except (KafkaException, TimeoutError):
                 pass  # left as unknown: shown as "-"
     return {tp: (v[0], v[1]) for tp, v in found.items()}
+
+
+def _topic_id(value: object) -> str:
+    """Kafka's form of a topic id (URL-safe base64, no padding); librdkafka's ``str()`` is standard base64."""
+    most = getattr(value, "get_most_significant_bits", None)
+    least = getattr(value, "get_least_significant_bits", None)
+    if most is None or least is None:
+        return str(value)
+    return kafka_uuid_string((int(most()), int(least())))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar, overload
 
 from tidelog.common.errors import ConfigError
+from tidelog.common.kafka_broker_keys import NO_EFFECT_DOC, kafka_dynamic, kafka_only_keys, kafka_password
 
 _D = TypeVar("_D")
 
@@ -285,7 +286,8 @@ _BROKER: list[Setting] = [
     Setting("allow.everyone.if.no.acl.found", Type.BOOLEAN, False, "Allow a request on a resource no ACL mentions.", _B),
     Setting("authorizer.mode", Type.STRING, "enforce", "tidelog: enforce ACLs, or audit: allow every request and record those enforcement would deny (the path from an open cluster to a locked one). Per listener.", _B, True, one_of("enforce", "audit")),
     Setting("authorizer.audit.flush.interval.ms", Type.LONG, 10_000, "tidelog: how often the audit record is written to __acl_audit.json in the first log dir.", _B, False, at_least(1)),
-    Setting("authorizer.audit.max.entries", Type.INT, 10_000, "tidelog: most distinct (principal, client, host, resource, operation) rows the audit keeps; more are counted as dropped.", _B, False, at_least(1)),
+    Setting("authorizer.audit.max.entries", Type.INT, 10_000, "tidelog: most distinct (principal, client, host, resource, operation) rows the audit keeps; more are counted as dropped.", _B, False, at_least(1)),    # -- admin APIs answered as a single node (issue 24)
+    Setting("max.request.partition.size.limit", Type.INT, 2000, "Most partitions one DescribeTopicPartitions response holds; the rest comes through its cursor.", _B, False, at_least(1)),
 ]
 
 # Keys that may also be set for one listener as listener.name.<listener>.<key> (listener in lower case).
@@ -347,7 +349,24 @@ class _BrokerCatalogue(dict[str, Setting]):
             return default
 
 
-BROKER_SETTINGS: dict[str, Setting] = _BrokerCatalogue({s.name: s for s in _BROKER + _BROKER_DEFAULTS})
+# -- Kafka's broker keys tidelog has no setting of its own for: accepted, stored, no effect (issue 24);
+# read-only where Kafka's are (kafka_broker_keys.py).
+def _kafka_catalogue(own: list[Setting]) -> list[Setting]:
+    known = {s.name for s in own}
+    # A key Kafka will not change at run time is read-only here too; one tidelog cannot apply at run
+    # time stays read-only even where Kafka's is dynamic (docs/compat.md lists them).
+    aligned = [replace(s, dynamic=False) if s.dynamic and kafka_dynamic(s.name) is False else s for s in own]
+    # and a key Kafka keeps as a password is one here (sensitive: DescribeConfigs shows no value)
+    aligned = [replace(s, type=Type.PASSWORD, sensitive=True) if kafka_password(s.name) and s.type is Type.STRING
+               else s for s in aligned]
+    extra = []
+    for name, kind, default, dynamic, password in kafka_only_keys(known):
+        setting = Setting(name, Type[kind], None, NO_EFFECT_DOC, _B, dynamic, None, None, password)
+        extra.append(replace(setting, default=setting.parse(default)) if default is not None else setting)
+    return aligned + extra
+
+
+BROKER_SETTINGS: dict[str, Setting] = _BrokerCatalogue({s.name: s for s in _kafka_catalogue(_BROKER + _BROKER_DEFAULTS)})
 # Kafka's "static defaults": the broker keys whose default is set (DescribeConfigs' DEFAULT_CONFIG).
 _STATIC_DEFAULTS: dict[str, Value] = {k: s.default for k, s in BROKER_SETTINGS.items() if s.default is not None}
 
@@ -374,6 +393,8 @@ class ConfigSource(enum.IntEnum):
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
 
 
 @dataclass
@@ -530,7 +551,8 @@ def render_markdown() -> str:
         "name in lower case), which wins over the plain key.",
         "",
     ]
-    for title, settings in (("Broker settings", BROKER_SETTINGS), ("Topic settings", TOPIC_SETTINGS)):
+    own = {k: v for k, v in BROKER_SETTINGS.items() if v.doc != NO_EFFECT_DOC}
+    for title, settings in (("Broker settings", own), ("Topic settings", TOPIC_SETTINGS)):
         out += [f"## {title}", "", "| key | type | default | dynamic | description | broker default key |", "|---|---|---|---|---|---|"]
         for key in sorted(settings):
             s = settings[key]
@@ -540,6 +562,26 @@ def render_markdown() -> str:
                 f"{'yes' if s.dynamic else 'no'} | {s.doc} | {('`' + s.broker_synonym + '`') if s.broker_synonym else ''} |"
             )
         out.append("")
+    out += [
+        "## Apache Kafka broker keys with no effect in tidelog",
+        "",
+        "Every other key of Kafka's broker catalogue (generated from Kafka's jars by",
+        "`tests/compat/kafka/broker_catalogue.sh`) is accepted in the properties file and by AlterConfigs /",
+        "IncrementalAlterConfigs when Kafka lets it change at run time (dynamic: yes), stored and reported",
+        "by DescribeConfigs with Kafka's default, and has no effect: these features (ZooKeeper-era and",
+        "KRaft internals, Kerberos, remote-storage plug-ins, metric reporters, thread pools tidelog does",
+        "not have) are not part of tidelog. Altering a key with dynamic: no is refused with Kafka's",
+        "INVALID_REQUEST \"Cannot update these configs dynamically\".",
+        "",
+        "| key | type | default | dynamic |",
+        "|---|---|---|---|",
+    ]
+    for key in sorted(k for k, v in BROKER_SETTINGS.items() if v.doc == NO_EFFECT_DOC):
+        s = BROKER_SETTINGS[key]
+        default = s.render(s.default)
+        out.append(f"| `{key}` | {s.type.name.lower()} | {'' if default is None else '`' + default + '`'} | "
+                   f"{'yes' if s.dynamic else 'no'} |")
+    out.append("")
     return "\n".join(out)
 
 

@@ -163,7 +163,8 @@ class TidelogError(Exception):
 
         TidelogError
          ├── KafkaError            carries an ErrorCode to put on the wire for one partition/resource
-         │    └── StorageError     a log dir failed (KAFKA_STORAGE_ERROR); the dir goes offline
+         │    ├── StorageError     a log dir failed (KAFKA_STORAGE_ERROR); the dir goes offline
+         │    └── RecordValidationError  records of a batch refused one by one (KIP-467 record_errors)
          └── ConfigError           a setting is unknown or invalid (refused at start)
     """
 
@@ -182,6 +183,16 @@ class StorageError(KafkaError):
 
     def __init__(self, message: str = "") -> None:
         super().__init__(ErrorCode.KAFKA_STORAGE_ERROR, message)
+
+
+class RecordValidationError(KafkaError):
+    """Records of one batch failed per-record checks (a keyless record on a compacted topic, a
+    timestamp out of range): ``record_errors`` holds (index of the record in its batch, why) for every
+    failing record, in order, which Produce answers as ``record_errors`` (KIP-467)."""
+
+    def __init__(self, code: ErrorCode, message: str, record_errors: tuple[tuple[int, str], ...]) -> None:
+        super().__init__(code, message)
+        self.record_errors = record_errors
 
 
 class ConfigError(TidelogError):

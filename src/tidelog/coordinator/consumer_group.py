@@ -326,12 +326,31 @@ class ConsumerGroupManager:
         self.state = state
         self.config = config or ConsumerGroupConfig()
         self.topics = topics
+        # Per-group overrides of the session timeout and heartbeat interval (GROUP resource configs
+        # consumer.session.timeout.ms / consumer.heartbeat.interval.ms), set by the broker.
+        self.group_timeouts: dict[str, tuple[int | None, int | None]] = {}
         # (group, regex) -> (the topic names it was resolved against, the names it matched, the filter)
         self._regexes: dict[tuple[str, str], tuple[frozenset[str], frozenset[str], TopicFilter | None]] = {}
 
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
         return self.state.consumer_groups
+
+    def set_group_timeouts(self, group_id: str, session_timeout_ms: int | None, heartbeat_interval_ms: int | None) -> None:
+        """A group's own session timeout and heartbeat interval (None: the broker's); they apply from
+        each member's next heartbeat."""
+        if session_timeout_ms is None and heartbeat_interval_ms is None:
+            self.group_timeouts.pop(group_id, None)
+        else:
+            self.group_timeouts[group_id] = (session_timeout_ms, heartbeat_interval_ms)
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        own = self.group_timeouts.get(group_id, (None, None))[0]
+        return self.config.session_timeout_ms if own is None else own
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        own = self.group_timeouts.get(group_id, (None, None))[1]
+        return self.config.heartbeat_interval_ms if own is None else own
 
     # ------------------------------------------------------------------------------ subscriptions
 
@@ -458,7 +477,7 @@ class ConsumerGroupManager:
         self._schedule(group, member)
         changed = before != (member.member_epoch, to_topic_partitions(member.assigned))
         return ConsumerGroupHeartbeatResult(
-            ErrorCode.NONE, None, member.member_id, member.member_epoch, self.config.heartbeat_interval_ms,
+            ErrorCode.NONE, None, member.member_id, member.member_epoch, self.heartbeat_interval_ms(group.group_id),
             to_topic_partitions(member.assigned) if full or changed else None,
         )
 
@@ -568,7 +587,7 @@ class ConsumerGroupManager:
             self._remove(group, member, call)
         self._commit(group, call)
         return ConsumerGroupHeartbeatResult(ErrorCode.NONE, None, member.member_id, req.member_epoch,
-                                            self.config.heartbeat_interval_ms)
+                                            self.heartbeat_interval_ms(group.group_id))
 
     def _remove(self, group: ConsumerGroup, member: ConsumerMember, call: _Call) -> None:
         """Tombstone a member (current assignment, target, metadata, Kafka's order), then re-target the rest."""
@@ -600,12 +619,13 @@ class ConsumerGroupManager:
 
     def _schedule(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         timers, group_id, member_id = self.state.timers, group.group_id, member.member_id
-        timers.schedule(("consumer-session", group_id, member_id), self.state.now + self.config.session_timeout_ms,
+        session_timeout_ms = self.session_timeout_ms(group_id)
+        timers.schedule(("consumer-session", group_id, member_id), self.state.now + session_timeout_ms,
                         lambda: self._expire(group_id, member_id, "session timeout"))
         key = ("consumer-revocation", group_id, member_id)
         if member.state == UNREVOKED_PARTITIONS:
             if timers.deadline(key) is None:
-                timeout = member.rebalance_timeout_ms if member.rebalance_timeout_ms > 0 else self.config.session_timeout_ms
+                timeout = member.rebalance_timeout_ms if member.rebalance_timeout_ms > 0 else session_timeout_ms
                 timers.schedule(key, self.state.now + timeout,
                                 lambda: self._expire(group_id, member_id, "rebalance timeout while revoking"))
         else:

@@ -66,11 +66,15 @@ class ApiKey(enum.IntEnum):
     ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_QUORUM = 55
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    LIST_CONFIG_RESOURCES = 74
+    DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 ACCEPTED: dict[ApiKey, tuple[int, int]] = {
@@ -122,6 +126,11 @@ ACCEPTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
+    # Kafka 4.3's ranges; single-node answers (broker/handlers/admin_describe.py)
+    ApiKey.DESCRIBE_QUORUM: (0, 2),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.LIST_CONFIG_RESOURCES: (0, 1),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
 }
 
 # Advertised below the accepted minimum: Kafka 4 does the same for Produce (KAFKA-18659).

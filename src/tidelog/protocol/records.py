@@ -85,8 +85,10 @@ __all__ = [
     "decode_records",
     "inflated_records_size",
     "iter_batches",
+    "null_key_indices",
     "parse_control_record",
     "recompress_batch",
+    "record_stamps",
     "scan_valid_prefix",
     "set_base_offset",
     "set_log_append_time",
@@ -449,21 +451,36 @@ def batch_has_null_key(batch: Buffer, *, max_inflated: int = DEFAULT_MAX_INFLATE
     """True when any record of the batch has a null key (compacted topics refuse those).
 
     Decompresses under the ``max_inflated`` cap, as :func:`decode_records` does."""
+    return bool(null_key_indices(batch, max_inflated=max_inflated))
+
+
+def null_key_indices(batch: Buffer, *, max_inflated: int = DEFAULT_MAX_INFLATED) -> list[int]:
+    """Indexes (0 for the batch's first record) of the records whose key is null; a control batch has none."""
+    return [i for i, (_, keyless) in enumerate(record_stamps(batch, max_inflated=max_inflated)) if keyless]
+
+
+def record_stamps(batch: Buffer, *, max_inflated: int = DEFAULT_MAX_INFLATED) -> list[tuple[int, bool]]:
+    """(timestamp, key is null) of every record of the batch, in order; empty for a control batch.
+
+    Reads only each record's length, timestamp delta and key length, decompressing if needed (under the
+    ``max_inflated`` cap): no record is built. A LogAppendTime batch gives every record the batch's max
+    timestamp."""
     header = BatchHeader.parse(batch)
     if header.is_control:
-        return False
+        return []
     body = _records_section(batch, header, max_inflated)
+    log_append = header.attributes & _TIMESTAMP_TYPE_BIT
+    found: list[tuple[int, bool]] = []
     pos = 0
     for _ in range(header.records_count):
         length, pos = _read_varint(body, pos)
         end = pos + length
-        _, p = _read_varint(body, pos + 1)
+        ts_delta, p = _read_varint(body, pos + 1)
         _, p = _read_varint(body, p)
         key_length, _ = _read_varint(body, p)
-        if key_length < 0:
-            return True
+        found.append((header.max_timestamp if log_append else header.base_timestamp + ts_delta, key_length < 0))
         pos = end
-    return False
+    return found
 
 
 def _encode_record(out: bytearray, record: Record, offset_delta: int, ts_delta: int) -> None:

@@ -49,18 +49,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from tidelog.common.errors import ErrorCode, KafkaError, StorageError
+from tidelog.common.errors import ErrorCode, KafkaError, RecordValidationError, StorageError
 from tidelog.protocol.compression import Compression, InflatedTooLarge
 from tidelog.protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,
     ControlType,
-    batch_has_null_key,
     decode_records,
     inflated_records_size,
     iter_batches,
     parse_control_record,
     recompress_batch,
+    record_stamps,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
@@ -75,6 +75,7 @@ from tidelog.storage.txn_index import AbortedTxn
 Buffer = bytes | bytearray | memoryview
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 _REWRITTEN = 16  # base offset, batch length, partition leader epoch: the bytes before magic
+_UNBOUNDED_MS = 2**63 - 1  # Long.MAX_VALUE: message.timestamp.before.max.ms with no lower bound
 
 
 class AppendInfo(NamedTuple):
@@ -512,20 +513,44 @@ class PartitionLog:
             raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
         batch = buf[position : position + header.size]
         cap = config.max_message_bytes
-        if config.compact:
-            if batch_has_null_key(batch, max_inflated=cap):
-                raise KafkaError(ErrorCode.INVALID_RECORD, "compacted topic refuses records without a key")
+        check_timestamps = not config.log_append_time and from_client
+        lowest = now_ms - config.message_timestamp_before_max_ms
+        highest = now_ms + config.message_timestamp_after_max_ms
+        # A record's timestamp delta may be negative: the header bounds every record only from above,
+        # so a topic with a lower bound has its records' timestamps read.
+        timestamps_out = check_timestamps and (
+            header.max_timestamp > highest or header.base_timestamp < lowest
+            or config.message_timestamp_before_max_ms < _UNBOUNDED_MS
+        )
+        if config.compact or timestamps_out:
+            PartitionLog._validate_records(config, batch, timestamps_out, lowest, highest)
         elif header.attributes & 0x07 and config.target_compression in (None, header.compression):
             # Kept as sent (compression.type=producer or the same codec): Kafka inflates it to check its
             # records; here its inflated size is counted, never held, so no reader meets a bomb later.
             inflated_records_size(batch, max_inflated=cap)
-        if not config.log_append_time and from_client:
-            lowest = now_ms - config.message_timestamp_before_max_ms
-            highest = now_ms + config.message_timestamp_after_max_ms
-            if header.base_timestamp < lowest or header.max_timestamp > highest:
-                raise KafkaError(ErrorCode.INVALID_TIMESTAMP,
-                                 f"timestamps {header.base_timestamp}..{header.max_timestamp} outside "
-                                 f"[{lowest}, {highest}]")
+
+    @staticmethod
+    def _validate_records(config: LogConfig, batch: memoryview, check_timestamps: bool, lowest: int, highest: int) -> None:
+        """Kafka's per-record checks, reported for every failing record (KIP-467): a null key on a
+        compacted topic (INVALID_RECORD), a CreateTime timestamp outside [lowest, highest]
+        (INVALID_TIMESTAMP, which wins for the partition). A record fails at most once, key first.
+        The records are read under the ``max.message.bytes`` inflation cap."""
+        failed: dict[int, str] = {}
+        bad_time = False
+        for index, (timestamp, keyless) in enumerate(record_stamps(batch, max_inflated=config.max_message_bytes)):
+            if keyless and config.compact:
+                failed[index] = "a compacted topic refuses records without a key"
+            elif check_timestamps and timestamp != -1 and not lowest <= timestamp <= highest:
+                bad_time = True
+                failed[index] = f"timestamp {timestamp} is outside [{lowest}, {highest}]"
+        if not failed:
+            return
+        errors = tuple(sorted(failed.items()))
+        shown = "; ".join(f"record {i}: {why}" for i, why in errors[:3])
+        if bad_time:
+            raise RecordValidationError(ErrorCode.INVALID_TIMESTAMP,
+                                        f"{len(errors)} records refused for invalid timestamps ({shown})", errors)
+        raise RecordValidationError(ErrorCode.INVALID_RECORD, f"{len(errors)} records refused ({shown})", errors)
 
     def _assign_and_write(
         self, buf: memoryview, headers: list[tuple[BatchHeader, int]], leader_epoch: int, now_ms: int

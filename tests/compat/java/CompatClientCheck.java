@@ -15,6 +15,8 @@
 //                    offsets by timestamp, beginning and end offsets
 //   group            a consumer in a group subscribes, reads everything, commits; a second member
 //                    of the same group resumes from the committed offsets
+//   static-group     a static member (group.instance.id) alone in its group owns both partitions;
+//                    when a second static member joins, each ends with one (KIP-345, issue 24)
 //
 // Every verified fact prints "OK <what>"; the first failure throws, so the exit code is non-zero
 // and the last line says what broke. Compiled by tests/compat/test_java_client.py with javac.
@@ -70,6 +72,7 @@ public final class CompatClientCheck {
             case "admin" -> admin(bootstrap, topic);
             case "produce-consume" -> produceConsume(bootstrap, topic);
             case "group" -> group(bootstrap, topic);
+            case "static-group" -> staticGroup(bootstrap, topic);
             default -> throw new IllegalArgumentException("unknown check " + args[1]);
         }
         System.out.println("DONE " + args[1]);
@@ -337,5 +340,42 @@ public final class CompatClientCheck {
             ok(!consumer.assignment().isEmpty(), "second member joined and got partitions");
             ok(extra == 0, "second member resumes at the committed offsets (read " + extra + " again)");
         }
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // static membership
+
+    private static void staticGroup(String bootstrap, String topic) throws Exception {
+        String groupId = topic + "-static";
+        try (KafkaConsumer<String, String> first = staticConsumer(bootstrap, groupId, "first");
+             KafkaConsumer<String, String> second = staticConsumer(bootstrap, groupId, "second")) {
+            first.subscribe(List.of(topic));
+            long deadline = System.currentTimeMillis() + 3 * WAIT.toMillis();
+            while (first.assignment().size() < 2 && System.currentTimeMillis() < deadline) {
+                first.poll(Duration.ofMillis(100));
+            }
+            ok(first.assignment().size() == 2, "a static member alone owns both partitions");
+            second.subscribe(List.of(topic));
+            deadline = System.currentTimeMillis() + 3 * WAIT.toMillis();
+            while ((first.assignment().size() != 1 || second.assignment().size() != 1)
+                    && System.currentTimeMillis() < deadline) {
+                first.poll(Duration.ofMillis(100));
+                second.poll(Duration.ofMillis(100));
+            }
+            ok(first.assignment().size() == 1 && second.assignment().size() == 1,
+                    "with a second static member each owns one partition (first " + first.assignment()
+                    + ", second " + second.assignment() + ")");
+        }
+    }
+
+    private static KafkaConsumer<String, String> staticConsumer(String bootstrap, String group, String instance) {
+        Properties props = common(bootstrap);
+        props.put("group.id", group);
+        props.put("group.instance.id", instance);
+        props.put("auto.offset.reset", "earliest");
+        props.put("enable.auto.commit", "false");
+        props.put("session.timeout.ms", "10000");
+        props.put("heartbeat.interval.ms", "500");
+        return new KafkaConsumer<>(props, new StringDeserializer(), new StringDeserializer());
     }
 }

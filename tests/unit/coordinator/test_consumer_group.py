@@ -543,3 +543,18 @@ def test_regex_subscribed_topics_keep_their_offsets() -> None:
     h.pump()
     fetched = h.coord.fetch_offsets("g", [("logs-1", [0]), ("other", [0])], h.now).topics
     assert [(topic, parts[0].offset) for topic, parts in fetched] == [("logs-1", 3), ("other", -1)]
+
+
+def test_a_groups_own_session_timeout_and_heartbeat_interval_apply_from_the_next_heartbeat() -> None:
+    h = KipHarness()
+    h.coord.consumer.set_group_timeouts("g", 3_000, 250)
+    r = h.hb("a", 0)
+    assert r.heartbeat_interval_ms == 250
+    h.hb("b", 0, group="other")
+    h.advance(2_000)  # past the broker's 1 s session timeout, within the group's 3 s
+    assert "a" in h.group().members
+    assert "b" not in h.group("other").members
+    h.advance(1_100)
+    assert "a" not in h.group().members
+    h.coord.consumer.set_group_timeouts("g", None, None)
+    assert h.hb("c", 0).heartbeat_interval_ms == 100

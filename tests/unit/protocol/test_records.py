@@ -21,8 +21,10 @@ from tidelog.protocol.records import (
     build_control_batch,
     decode_records,
     iter_batches,
+    null_key_indices,
     parse_control_record,
     recompress_batch,
+    record_stamps,
     scan_valid_prefix,
     set_base_offset,
     set_log_append_time,
@@ -238,6 +240,14 @@ def test_null_key_detection(codec: Compression) -> None:
     assert not batch_has_null_key(keyed)
     mixed = build_batch([*records(3), Record(3, 0, None, b"v")], compression=codec)
     assert batch_has_null_key(mixed)
+    assert null_key_indices(mixed) == [3]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_record_stamps_give_each_records_timestamp_and_keylessness(codec: Compression) -> None:
+    batch = build_batch([Record(0, 5_000, b"k", b"v"), Record(1, 4_000, None, b"v"), Record(2, 9_000, b"k", None)],
+                        compression=codec)
+    assert record_stamps(batch) == [(5_000, False), (4_000, True), (9_000, False)]
 
 
 @pytest.mark.parametrize("kind", list(ControlType))

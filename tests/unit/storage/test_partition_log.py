@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from storage_helpers import NOW, LogFactory, make_batch
 
-from tidelog.common.errors import ErrorCode, KafkaError, StorageError
+from tidelog.common.errors import ErrorCode, KafkaError, RecordValidationError, StorageError
 from tidelog.protocol.records import (
     ControlType,
+    Record,
+    build_batch,
     build_control_batch,
     decode_records,
     iter_batches,
@@ -164,6 +166,35 @@ def test_bad_batches_are_refused_and_nothing_is_written(
     assert err.value.code is code
     assert log.log_end_offset == 2
     assert log.read(0, 1 << 20).read_bytes() == before
+
+
+RECORD_ERRORS = [
+    # (key, timestamp) per record, config, the partition's error, the indexes named in record_errors
+    ([(b"k", NOW), (None, NOW), (b"k", NOW), (None, NOW)], LogConfig(cleanup_policy=("compact",)),
+     ErrorCode.INVALID_RECORD, [1, 3]),
+    ([(b"k", NOW), (b"k", NOW + 3_600_001), (b"k", NOW - 5000)], LogConfig(message_timestamp_before_max_ms=1000),
+     ErrorCode.INVALID_TIMESTAMP, [1, 2]),
+    # the first record's timestamp is in range, a later one (negative delta) is not
+    ([(b"k", NOW), (b"k", NOW - 5000)], LogConfig(message_timestamp_before_max_ms=1000),
+     ErrorCode.INVALID_TIMESTAMP, [1]),
+    # one error per record, the key first; a timestamp error decides the partition's error
+    ([(None, NOW + 3_600_001), (None, NOW), (b"k", NOW + 3_600_001)], LogConfig(cleanup_policy=("compact",)),
+     ErrorCode.INVALID_TIMESTAMP, [0, 1, 2]),
+]
+
+
+@pytest.mark.parametrize(("stamps", "config", "code", "indexes"), RECORD_ERRORS)
+def test_every_failing_record_is_named_in_the_error(
+    open_log: LogFactory, stamps: list[tuple[bytes | None, int]], config: LogConfig, code: ErrorCode,
+    indexes: list[int],
+) -> None:
+    log = open_log(config)
+    batch = build_batch([Record(i, ts, key, b"v") for i, (key, ts) in enumerate(stamps)])
+    with pytest.raises(RecordValidationError) as err:
+        log.append_as_leader(batch, leader_epoch=0, now_ms=NOW)
+    assert err.value.code is code
+    assert [index for index, _ in err.value.record_errors] == indexes
+    assert log.log_end_offset == 0
 
 
 def test_an_empty_request_is_refused(open_log: LogFactory) -> None:

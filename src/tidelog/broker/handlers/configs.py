@@ -1,4 +1,5 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and brokers.
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics, brokers and groups
+(ConfigResource type 32: ``broker/group_configs.py``).
 
 A topic setting's value is the topic's override if it has one (source DYNAMIC_TOPIC_CONFIG), else the
 broker's value of its synonym (``retention.ms`` ← ``log.retention.ms``: STATIC_BROKER_CONFIG from the
@@ -13,8 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tidelog.broker.authz import CLUSTER, CLUSTER_NAME, TOPIC, Op, authorize
+from tidelog.broker.authz import CLUSTER, CLUSTER_NAME, GROUP, TOPIC, Op, authorize
 from tidelog.broker.context import BrokerContext, ConnectionInfo
+from tidelog.broker.group_configs import GROUP_SETTINGS, GroupConfigs
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.config import (
     BROKER_SETTINGS,
@@ -30,7 +32,7 @@ from tidelog.metadata.image import TopicImage
 from tidelog.protocol.headers import RequestHeader
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
-TOPIC_RESOURCE, BROKER, BROKER_LOGGER = 2, 4, 8
+TOPIC_RESOURCE, BROKER, BROKER_LOGGER, GROUP_RESOURCE = 2, 4, 8, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
@@ -74,6 +76,45 @@ def broker_config_entries(ctx: BrokerContext, cluster_default: bool = False) -> 
         yield ConfigEntry(name, value, source, not setting.dynamic, setting.sensitive, setting, tuple(synonyms))
 
 
+def group_config_entries(ctx: BrokerContext, group_id: str) -> Iterator[ConfigEntry]:
+    store = _group_configs(ctx)
+    for name, value, source, synonyms in store.effective(group_id):
+        setting = GROUP_SETTINGS[name]
+        yield ConfigEntry(name, value, source, False, False, setting, tuple(synonyms))
+
+
+def _group_configs(ctx: BrokerContext) -> GroupConfigs:
+    if ctx.groups is None:
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running")
+    return ctx.groups.configs
+
+
+def _alter_group(ctx: BrokerContext, resource: Any, incremental: bool, validate_only: bool) -> None:
+    """A group's own configs: SET/DELETE (incremental) or replace them all; APPEND/SUBTRACT are refused (no list keys)."""
+    if not resource.resource_name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "a group config resource needs a group id")
+    store = _group_configs(ctx)
+    values = store.overrides(resource.resource_name) if incremental else {}
+    seen: set[str] = set()
+    for change in resource.configs:
+        if change.name in seen:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {change.name}")
+        seen.add(change.name)
+        op = change.config_operation if incremental else SET
+        if op == DELETE:
+            store.parse(change.name, None)
+            values.pop(change.name, None)
+        elif op == SET:
+            values[change.name] = store.parse(change.name, change.value)
+        else:
+            store.parse(change.name, change.value)
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Config value append is not allowed for config key: {change.name}")
+    if validate_only:
+        store.validate(values)
+        return
+    store.replace(resource.resource_name, values, ctx.groups.core.consumer if ctx.groups is not None else None)
+
+
 def _refusal(ctx: BrokerContext, conn: ConnectionInfo, resource: Any, operation: Op) -> ErrorCode | None:
     """Kafka's check: the operation on the topic, or on the cluster for broker and logger resources."""
     if resource.resource_type == TOPIC_RESOURCE:
@@ -81,6 +122,9 @@ def _refusal(ctx: BrokerContext, conn: ConnectionInfo, resource: Any, operation:
         return None if allowed else ErrorCode.TOPIC_AUTHORIZATION_FAILED
     if resource.resource_type in (BROKER, BROKER_LOGGER):
         return None if authorize(ctx, conn, operation, CLUSTER, CLUSTER_NAME) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    if resource.resource_type == GROUP_RESOURCE:
+        allowed = authorize(ctx, conn, operation, GROUP, resource.resource_name)
+        return None if allowed else ErrorCode.GROUP_AUTHORIZATION_FAILED
     return None
 
 
@@ -112,6 +156,8 @@ def _describe_one(ctx: BrokerContext, conn: ConnectionInfo, b: Any, resource: An
         entries = list(broker_config_entries(ctx, cluster_default=resource.resource_name == ""))
     elif resource.resource_type == BROKER_LOGGER:
         entries = []
+    elif resource.resource_type == GROUP_RESOURCE:
+        entries = list(group_config_entries(ctx, resource.resource_name))
     else:
         return result(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}")
     wanted = resource.configuration_keys
@@ -227,6 +273,8 @@ async def _alter_one(ctx: BrokerContext, resource: Any, incremental: bool, valid
             await ctx.topics.set_broker_configs(values, validate_only)
         elif resource.resource_type == BROKER_LOGGER:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker loggers cannot be altered")
+        elif resource.resource_type == GROUP_RESOURCE:
+            _alter_group(ctx, resource, incremental, validate_only)
         else:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}")
     except KafkaError as exc:

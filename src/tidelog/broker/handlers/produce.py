@@ -34,7 +34,7 @@ from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.handlers import inflation, transactions
 from tidelog.broker.handlers.common import partition_log
 from tidelog.broker.responses import NO_THROTTLE, builder
-from tidelog.common.errors import ErrorCode, KafkaError
+from tidelog.common.errors import ErrorCode, KafkaError, RecordValidationError
 from tidelog.protocol.encoders.produce import ProducePartitionResult, ProduceResult
 from tidelog.protocol.headers import RequestHeader
 from tidelog.protocol.records import HEADER_SIZE, BatchHeader
@@ -53,8 +53,6 @@ NO_LOG_START = frozenset({
     ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ErrorCode.INVALID_REQUIRED_ACKS,
 })
-# Errors from validating records one by one; Kafka names the failing batch in record_errors (KIP-467).
-RECORD_LEVEL = frozenset({ErrorCode.INVALID_TIMESTAMP, ErrorCode.INVALID_RECORD})
 
 
 def _append_one(
@@ -67,6 +65,7 @@ def _append_one(
     In a cluster with acks=all, ``replicated`` gets (partition, offset the high watermark must reach)."""
     plog: PartitionLog | None = None
     message: str | None = None
+    record_errors: tuple[tuple[int, str | None], ...] = ()
     try:
         if denied is not None:
             raise KafkaError(denied)
@@ -108,6 +107,9 @@ def _append_one(
         return ProducePartitionResult(pdata.index, ErrorCode.NONE, info.first_offset, append_time, info.log_start_offset)
     except KafkaError as exc:
         error, message = exc.code, exc.message or None
+        if isinstance(exc, RecordValidationError):
+            # KIP-467: every failing record by its index in the batch; batch-level errors name none
+            record_errors = tuple(exc.record_errors)
         if exc.code is ErrorCode.KAFKA_STORAGE_ERROR:
             log.error("produce to %s-%d failed: %s", topic, pdata.index, exc)
     except Exception:
@@ -115,12 +117,8 @@ def _append_one(
         error = ErrorCode.UNKNOWN_SERVER_ERROR
     ctx.metrics.produce_failed(topic)
     log_start = -1
-    record_errors: tuple[tuple[int, str | None], ...] = ()
     if plog is not None and error not in NO_LOG_START:
         log_start = plog.log_start_offset
-        if error in RECORD_LEVEL and message:
-            # KIP-467: a record-level error names the failing batch, so the client can tell the records apart.
-            record_errors = ((0, message),)
     return ProducePartitionResult(pdata.index, error, -1, -1, log_start, record_errors, message)
 
 
