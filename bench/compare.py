@@ -4,6 +4,7 @@
     python bench/compare.py --quick                      # smaller counts (a few minutes)
     python bench/compare.py --quick --only tidelog,kafka --workloads 1,3
     python bench/compare.py --json results.json          # also write every figure and tool run
+    python bench/compare.py --workloads cluster --only tidelog,kafka   # the 3-broker group alone (about 5 minutes)
 
 Brokers (``bench/peers.py``) run on free ports with their data under ``--workdir``. With ``--order
 interleaved`` (the default) the selected workloads are split into groups: 1 and 2 together (2 consumes
@@ -36,6 +37,18 @@ Workloads (issue 9):
    1 KiB run, alternating with the same run without them (the slowdown compares the two);
 6. 10,000 partitions: time to create them, RSS, then restart: time until Metadata shows every
    partition led, and RSS (Tansu's memory engine loses its topics on restart: creation only).
+7. (``--workloads cluster``) three brokers on this machine (``bench/clusters.py``): tidelog's three
+   brokers and one etcd against Kafka's three brokers and one dedicated KRaft controller (Tansu has
+   no replicated mode and sits it out). Every topic has replication factor 3 and
+   ``min.insync.replicas=2``, every producer acks=all, every record 1 KiB: the raw intake of one
+   partition's leader; ProducerPerformance and confluent-kafka produce to 3 partitions (one led by
+   each broker); end-to-end latency at 2,000 records/s (confluent-kafka) and EndToEndLatency; then
+   failover: a paced acks=all producer (``workloads.py failover``) kills the leader of its partition
+   with SIGKILL, and the figure is the time from the kill to the first acknowledged record produced
+   after it, with both systems at the same ``broker.session.timeout.ms``/``broker.heartbeat.interval.ms``
+   (``--cluster-sessions``: 9000:2000, both defaults, for the whole group; then 3000:500 on a fresh
+   cluster for one more failover). The cluster's CPU seconds and peak RSS are summed over its four
+   processes. The group runs alone for each system, the two systems in turn.
 
 Per workload the broker's CPU seconds and peak RSS are read from ``/proc``. Each load tool's CPU use
 is recorded; a figure is marked ``c`` (client-bound) when the tool used >= 0.9 of a core on average,
@@ -555,10 +568,12 @@ WORKLOADS: dict[int, Callable[[Context], None]] = {
 
 # --- driver ----------------------------------------------------------------------------------------------
 
-def measure_ceilings(scale: Scale) -> dict[str, float]:
-    """confluent-kafka produce against librdkafka's mock cluster: the tool's own ceiling."""
+def measure_ceilings(scale: Scale, workloads: list[int]) -> dict[str, float]:
+    """confluent-kafka produce against librdkafka's mock cluster: the tool's own ceiling (only the 1 KiB
+    one, at the cluster group's count, when the cluster group runs alone)."""
     ceilings = {}
-    for tag, count, size in (("1k", scale.big, 1024), ("100b", scale.small, 100)):
+    loads = [("1k", scale.cluster, 1024)] if workloads == [CLUSTER] else [("1k", scale.big, 1024), ("100b", scale.small, 100)]
+    for tag, count, size in loads:
         run = wl.confluent("produce", "mock", f"ceiling-{tag}", count=count, size=size)
         ceilings[f"produce-{tag}"] = run.figures["mb_s"]
         print(f"  ceiling: confluent-kafka produce {tag} against the mock cluster: {run.figures['mb_s']:.0f} MB/s "
@@ -728,7 +743,7 @@ def main() -> None:
 
     libs = peers.kafka_libs()
     print(f"Apache Kafka {peers.kafka_version(libs)} tools from {libs}; load {os.getloadavg()}", file=sys.stderr)
-    ceilings = {} if args.no_ceiling else measure_ceilings(scale)
+    ceilings = {} if args.no_ceiling else measure_ceilings(scale, args.workloads)
     contexts: dict[str, Context] = {}
     groups = workload_groups(args.workloads, args.order)
     skipped: dict[str, list[str]] = {name: [] for name in names}  # groups a broker could not start for
