@@ -30,6 +30,7 @@ import signal
 import subprocess
 import time
 import urllib.request
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,8 +174,9 @@ def start_etcd(folder: Path, timeout: float = 30.0) -> peers.Broker:
 
 
 def start_tidelog_cluster(folder: Path, session_ms: int = 9000, heartbeat_ms: int = 2000, loop: str = "uvloop",
-                          timeout: float = 120.0) -> Cluster:
-    """etcd, then three brokers at once; ``startup_s`` is from the brokers' launch until Metadata lists all three."""
+                          timeout: float = 120.0, overrides: Mapping[str, str] | None = None) -> Cluster:
+    """etcd, then three brokers at once; ``startup_s`` is from the brokers' launch until Metadata lists all three.
+    ``overrides``: more settings for every broker (experiments; the comparison sets none)."""
     etcd = start_etcd(folder / "etcd")
     store = f"etcd://{etcd.host}:{etcd.port}/bench"
     started = time.monotonic()
@@ -183,7 +185,7 @@ def start_tidelog_cluster(folder: Path, session_ms: int = 9000, heartbeat_ms: in
         for node in range(1, SIZE + 1):
             brokers[node] = peers.launch_tidelog(folder / f"broker-{node}", {
                 "node.id": str(node), "broker.rack": f"rack-{node}", "metadata.store": store,
-                **_session(session_ms, heartbeat_ms)}, loop=loop)
+                **_session(session_ms, heartbeat_ms), **(overrides or {})}, loop=loop)
         for broker in brokers.values():
             peers.wait_ready(broker, started, timeout)
     except peers.BrokerUnavailable:
