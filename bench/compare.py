@@ -4,6 +4,7 @@
     python bench/compare.py --quick                      # smaller counts (a few minutes)
     python bench/compare.py --quick --only tidelog,kafka --workloads 1,3
     python bench/compare.py --json results.json          # also write every figure and tool run
+    python bench/compare.py --workloads cluster --only tidelog,kafka   # the 3-broker group alone (about 5 minutes)
 
 Brokers (``bench/peers.py``) run on free ports with their data under ``--workdir``. With ``--order
 interleaved`` (the default) the selected workloads are split into groups: 1 and 2 together (2 consumes
@@ -36,6 +37,18 @@ Workloads (issue 9):
    1 KiB run, alternating with the same run without them (the slowdown compares the two);
 6. 10,000 partitions: time to create them, RSS, then restart: time until Metadata shows every
    partition led, and RSS (Tansu's memory engine loses its topics on restart: creation only).
+7. (``--workloads cluster``) three brokers on this machine (``bench/clusters.py``): tidelog's three
+   brokers and one etcd against Kafka's three brokers and one dedicated KRaft controller (Tansu has
+   no replicated mode and sits it out). Every topic has replication factor 3 and
+   ``min.insync.replicas=2``, every producer acks=all, every record 1 KiB: the raw intake of one
+   partition's leader; ProducerPerformance and confluent-kafka produce to 3 partitions (one led by
+   each broker); end-to-end latency at 2,000 records/s (confluent-kafka) and EndToEndLatency; then
+   failover: a paced acks=all producer (``workloads.py failover``) kills the leader of its partition
+   with SIGKILL, and the figure is the time from the kill to the first acknowledged record produced
+   after it, with both systems at the same ``broker.session.timeout.ms``/``broker.heartbeat.interval.ms``
+   (``--cluster-sessions``: 9000:2000, both defaults, for the whole group; then 3000:500 on a fresh
+   cluster for one more failover). The cluster's CPU seconds and peak RSS are summed over its four
+   processes. The group runs alone for each system, the two systems in turn.
 
 Per workload the broker's CPU seconds and peak RSS are read from ``/proc``. Each load tool's CPU use
 is recorded; a figure is marked ``c`` (client-bound) when the tool used >= 0.9 of a core on average,
@@ -64,11 +77,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import clusters
 import peers
 import workloads as wl
 from confluent_kafka import KafkaException
 
 BROKERS = ("tidelog", "kafka", "tansu")
+CLUSTER = 7  # the 3-broker workload: --workloads cluster (or 7)
+CLUSTER_BROKERS = ("tidelog", "kafka")  # Tansu has no replicated cluster mode
+CLUSTER_TOPIC = {"min.insync.replicas": "2"}  # every cluster topic: replication factor 3
 CLIENT_BOUND_CORES = 0.9
 CLIENT_BOUND_SHARE = 0.8
 
@@ -82,9 +99,13 @@ class Scale:
     keyed: int = 500_000
     many_partitions: int = 10_000
     idle: int = 1_000
+    cluster: int = 300_000  # 1 KiB records per produce run of the cluster group
+    cluster_latency_s: float = 15.0
+    failover_rate: int = 1_000  # records/s of the failover run's paced producer
 
 
-QUICK = Scale(big=100_000, small=400_000, latency_s=5.0, e2e_records=500, keyed=100_000, many_partitions=2_000, idle=1_000)
+QUICK = Scale(big=100_000, small=400_000, latency_s=5.0, e2e_records=500, keyed=100_000, many_partitions=2_000, idle=1_000,
+              cluster=50_000, cluster_latency_s=5.0)
 
 
 @dataclass
@@ -104,16 +125,27 @@ class Context:
     scale: Scale
     libs: Path
     ceilings: dict[str, float]
-    broker: peers.Broker
+    target: peers.Target  # what the group runs against: a Broker (workloads 1-6) or a Cluster (7)
     workdir: Path  # the run's folder: the brokers' folders, and the files that warm memory
     figures: dict[str, Figure] = field(default_factory=dict)
     tool_runs: list[dict[str, Any]] = field(default_factory=list)
     topics: dict[str, str] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
-    def topic(self, label: str, partitions: int = 1) -> str:
+    @property
+    def broker(self) -> peers.Broker:
+        assert isinstance(self.target, peers.Broker), "a single-broker workload in the cluster group"
+        return self.target
+
+    @property
+    def cluster(self) -> clusters.Cluster:
+        assert isinstance(self.target, clusters.Cluster), "the cluster workload on a single broker"
+        return self.target
+
+    def topic(self, label: str, partitions: int = 1, replication: int = 1, configs: dict[str, str] | None = None) -> str:
         name = f"{label}-{uuid.uuid4().hex[:6]}"
-        create_topics(self.broker.bootstrap, {name: partitions})
+        create_topics(self.target.bootstrap, {name: partitions}, replication=replication, configs=configs)
         return name
 
     def record(self, key: str, label: str, unit: str, higher: bool, runs: list[wl.ToolRun], metric: str,
@@ -126,7 +158,7 @@ class Context:
         figure = Figure(key, label, unit, higher, value, bound, values)
         self.figures[key] = figure
         for run in runs:
-            self.tool_runs.append({"broker": self.broker.name, "figure": key, "tool": run.tool, "wall_s": run.wall_s,
+            self.tool_runs.append({"broker": self.target.name, "figure": key, "tool": run.tool, "wall_s": run.wall_s,
                                    "cpu_s": run.cpu_s, "client_cores": run.client_cores, "figures": run.figures})
         return figure
 
@@ -144,28 +176,31 @@ class Context:
         except (wl.ToolFailed, TimeoutError, OSError, KafkaException) as exc:
             first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
             detail = [line for line in str(exc).splitlines() if "Exception" in line or "timed out" in line]
-            self.failures.append(f"{self.broker.name}: {what}: {first}" + (f" ({detail[0].strip()})" if detail else ""))
+            self.failures.append(f"{self.target.name}: {what}: {first}" + (f" ({detail[0].strip()})" if detail else ""))
             print(f"  FAILED {what}: {exc}"[:3000], file=sys.stderr)
 
 
-def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 300, per_request: int = 0) -> None:
-    """Create ``topics`` (name: partitions), ``per_request`` topics per CreateTopics (0: all in one)."""
+def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 300, per_request: int = 0,
+                  replication: int = 1, configs: dict[str, str] | None = None) -> None:
+    """Create ``topics`` (name: partitions), ``per_request`` topics per CreateTopics (0: all in one);
+    return once every partition has a leader and its whole replica set in sync."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     items = list(topics.items())
     step = per_request or len(items)
     for start in range(0, len(items), step):
-        futures = admin.create_topics([NewTopic(name, n, 1) for name, n in items[start:start + step]],
+        futures = admin.create_topics([NewTopic(name, n, replication, config=configs or {})
+                                       for name, n in items[start:start + step]],
                                       request_timeout=timeout, operation_timeout=timeout)
         for future in futures.values():
             future.result(timeout)
     del admin  # a librdkafka handle left alive logs reconnects once the broker stops
-    wait_for_leaders(bootstrap, topics, timeout)
+    wait_for_leaders(bootstrap, topics, timeout, in_sync=replication)
 
 
-def wait_for_leaders(bootstrap: str, topics: dict[str, int], timeout: float) -> float:
-    """Seconds until Metadata shows every partition of ``topics`` with a leader."""
+def wait_for_leaders(bootstrap: str, topics: dict[str, int], timeout: float, in_sync: int = 1) -> float:
+    """Seconds until Metadata shows every partition of ``topics`` with a leader and ``in_sync`` replicas in its ISR."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
@@ -178,7 +213,7 @@ def wait_for_leaders(bootstrap: str, topics: dict[str, int], timeout: float) -> 
             continue
         ready = all(
             name in metadata.topics and len(metadata.topics[name].partitions) == n
-            and all(p.leader >= 0 for p in metadata.topics[name].partitions.values())
+            and all(p.leader >= 0 and len(p.isrs) >= in_sync for p in metadata.topics[name].partitions.values())
             for name, n in topics.items()
         )
         if ready:
@@ -411,24 +446,134 @@ def w6_many_partitions(ctx: Context) -> None:
     with ctx.guard("workload 6 restart"):
         ctx.broker.stop(timeout=300)
         started = time.monotonic()
-        ctx.broker = ctx.broker.restart()
+        ctx.target = ctx.broker.restart()
         wait_for_leaders(ctx.broker.bootstrap, topics, timeout=600)
         ctx.plain("6.restart_s", f"6 restart with {n:,} partitions: until all led", "s", False,
                   time.monotonic() - started)
         ctx.plain("6.rss_restarted", "6   RSS after restart", "MiB", False, ctx.broker.rss_bytes() / wl.MIB)
 
 
+def cluster_failover(ctx: Context, cluster: clusters.Cluster) -> None:
+    """kill -9 of a partition's leader under a paced acks=all producer (``workloads.py failover``).
+
+    The topic has 3 partitions, one led by each broker; the producer writes to one whose leader is not
+    tidelog's controller (Kafka's controller is a process of its own), so the run measures a broker's
+    death alone: noticed when its session expires, then the election and the client's metadata refresh.
+    """
+    seconds = f"{cluster.session_ms / 1000:g} s"
+    key = f"{CLUSTER}.failover.{cluster.session_ms}"
+    with ctx.guard(f"workload {CLUSTER} failover (session {seconds})"):
+        topic = f"c-failover-{uuid.uuid4().hex[:6]}"
+        create_topics(cluster.bootstrap, {topic: clusters.SIZE}, replication=clusters.SIZE, configs=CLUSTER_TOPIC)
+        for partition in range(clusters.SIZE):
+            leader, _, isr, controller = cluster.partition(topic, partition)
+            if not (cluster.controller_is_broker and leader == controller):
+                break
+        cluster.cpu_seconds()  # the leader's CPU so far, before it dies
+        run = wl.failover(cluster.bootstrap, topic, partition, cluster.brokers[leader].pid, leader,
+                          rate=ctx.scale.failover_rate, size=1024)
+        cluster.cpu_seconds()  # the killed broker is a zombie until reaped: its CPU seconds are still readable
+        cluster.notes.append(f"failover (session {seconds}): killed node {leader}, leader of {topic}-{partition}, "
+                             f"ISR {isr}, controller {controller}; {run.figures}")
+        ctx.record(key, f"{CLUSTER} failover, session {seconds}: leader kill -9 to the next acks=all write "
+                   f"acknowledged ({ctx.scale.failover_rate:,}/s)", "s", False, [run], "failover_s")
+        if "new_leader_s" in run.figures:
+            ctx.plain(f"{key}.metadata", f"{CLUSTER}   until Metadata names the new leader", "s", False,
+                      run.figures["new_leader_s"])
+        if run.figures["errors"] or run.figures["unacknowledged"]:
+            ctx.failures.append(f"{ctx.target.name}: failover (session {seconds}): {run.figures['errors']:.0f} delivery "
+                                f"errors, {run.figures['unacknowledged']:.0f} never acknowledged")
+
+
+def w7_cluster(ctx: Context) -> None:
+    """Three brokers, RF=3, min.insync.replicas=2, acks=all, 1 KiB records: throughput, latency, failover.
+
+    Each topic is created with replication factor 3 and waited for until every replica is in sync.
+    """
+    s, cluster = ctx.scale, ctx.cluster
+    n = s.cluster
+    ctx.plain(f"{CLUSTER}.startup_s", f"{CLUSTER} start-up, 3 brokers at once, until Metadata lists all three", "s",
+              False, cluster.startup_s)
+
+    def replicated(label: str, partitions: int = 1) -> str:
+        return ctx.topic(label, partitions, clusters.SIZE, CLUSTER_TOPIC)
+
+    with ctx.guard(f"workload {CLUSTER} raw produce"):
+        def raw(count: int) -> wl.ToolRun:
+            warm_memory(ctx.workdir, count * 1024 * clusters.SIZE)
+            topic = replicated("c-raw")
+            leader = cluster.partition(topic, 0)[0]
+            return wl.raw_produce(cluster.brokers[leader].bootstrap, topic, count, 1024)
+
+        raw(n // 4)  # unmeasured: a JVM's warm-up
+        ctx.record(f"{CLUSTER}.raw.mb_s", f"{CLUSTER} produce {n:,}x1 KiB to one partition's leader, prebuilt 1 MB "
+                   "requests, 8 in flight (raw)", "MB/s", True, ctx.repeat(lambda: raw(n)), "mb_s")
+    for tool in ("java", "ck"):
+        name = "ProducerPerformance" if tool == "java" else "confluent-kafka"
+        with ctx.guard(f"workload {CLUSTER} {name}"):
+            def produce(tool: str = tool) -> wl.ToolRun:
+                warm_memory(ctx.workdir, n * 1024 * clusters.SIZE)
+                topic = replicated(f"c-{tool}", clusters.SIZE)
+                if tool == "java":
+                    return wl.java_produce(ctx.libs, cluster.bootstrap, topic, n, 1024, PRODUCER_PROPS)
+                return wl.confluent("produce", cluster.bootstrap, topic, count=n, size=1024)
+
+            runs = ctx.repeat(produce)
+            ctx.record(f"{CLUSTER}.{tool}.mb_s", f"{CLUSTER} produce {n:,}x1 KiB, 3 partitions ({name})", "MB/s", True,
+                       runs, "mb_s", ctx.ceilings.get("produce-1k") if tool == "ck" else None)
+            if tool == "java":
+                ctx.record(f"{CLUSTER}.java.p99", f"{CLUSTER}   its ack latency p99", "ms", False, runs, "lat_p99_ms")
+    with ctx.guard(f"workload {CLUSTER} confluent-kafka latency"):
+        runs = ctx.repeat(lambda: wl.confluent(
+            "latency", cluster.bootstrap, replicated("c-lat"), rate=2000, seconds=s.cluster_latency_s, size=1024, linger_ms=0, timeout=s.cluster_latency_s + 120))
+        for metric, label in (("lat_p50_ms", "p50"), ("lat_p99_ms", "p99"), ("lat_p999_ms", "p99.9"),
+                              ("lat_max_ms", "max")):
+            ctx.record(f"{CLUSTER}.ck.{label}", f"{CLUSTER} e2e 2,000/s x 1 KiB {label} (confluent-kafka)", "ms", False,
+                       runs, metric)
+    with ctx.guard(f"workload {CLUSTER} EndToEndLatency"):
+        runs = ctx.repeat(lambda: wl.java_end_to_end(ctx.libs, cluster.bootstrap, replicated("c-e2e"),
+                                                     s.e2e_records, 1024))
+        for metric, label in (("lat_p50_ms", "p50"), ("lat_p99_ms", "p99"), ("lat_p999_ms", "p99.9")):
+            ctx.record(f"{CLUSTER}.e2e.{label}", f"{CLUSTER} e2e round trip 1 KiB {label} (EndToEndLatency)", "ms",
+                       False, runs, metric)
+    cluster_failover(ctx, cluster)  # last: it leaves the cluster a broker short
+    for index, (session, heartbeat) in enumerate(ctx.args.cluster_sessions[1:], 2):
+        folder = ctx.workdir / f"{cluster.name}-cluster-{index}"
+        try:
+            other = start_cluster(cluster.name, folder, ctx.libs, ctx.args, session, heartbeat)
+        except peers.BrokerUnavailable as exc:
+            ctx.failures.append(f"{cluster.name}: cluster with session {session} ms: {exc}".splitlines()[0])
+            continue
+        try:
+            cluster_failover(ctx, other)
+            cluster.notes += other.notes
+        finally:
+            other.stop()
+            if not ctx.args.keep:
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def start_cluster(name: str, folder: Path, libs: Path, args: argparse.Namespace, session_ms: int,
+                  heartbeat_ms: int) -> clusters.Cluster:
+    if name == "tidelog":
+        return clusters.start_tidelog_cluster(folder, session_ms, heartbeat_ms, loop=args.tidelog_loop)
+    return clusters.start_kafka_cluster(folder, libs, session_ms, heartbeat_ms)
+
+
 WORKLOADS: dict[int, Callable[[Context], None]] = {
     1: w1_produce, 2: w2_consume, 3: w3_latency, 4: w4_partitions, 5: w5_idle, 6: w6_many_partitions,
+    CLUSTER: w7_cluster,
 }
 
 
 # --- driver ----------------------------------------------------------------------------------------------
 
-def measure_ceilings(scale: Scale) -> dict[str, float]:
-    """confluent-kafka produce against librdkafka's mock cluster: the tool's own ceiling."""
+def measure_ceilings(scale: Scale, workloads: list[int]) -> dict[str, float]:
+    """confluent-kafka produce against librdkafka's mock cluster: the tool's own ceiling (only the 1 KiB
+    one, at the cluster group's count, when the cluster group runs alone)."""
     ceilings = {}
-    for tag, count, size in (("1k", scale.big, 1024), ("100b", scale.small, 100)):
+    loads = [("1k", scale.cluster, 1024)] if workloads == [CLUSTER] else [("1k", scale.big, 1024), ("100b", scale.small, 100)]
+    for tag, count, size in loads:
         run = wl.confluent("produce", "mock", f"ceiling-{tag}", count=count, size=size)
         ceilings[f"produce-{tag}"] = run.figures["mb_s"]
         print(f"  ceiling: confluent-kafka produce {tag} against the mock cluster: {run.figures['mb_s']:.0f} MB/s "
@@ -436,8 +581,12 @@ def measure_ceilings(scale: Scale) -> dict[str, float]:
     return ceilings
 
 
-def start(name: str, folder: Path, libs: Path, args: argparse.Namespace) -> peers.Broker:
-    """``name`` started afresh with its data and logs in ``folder``."""
+def start(name: str, folder: Path, libs: Path, args: argparse.Namespace, group: tuple[int, ...]) -> peers.Target:
+    """``name`` started afresh with its data and logs in ``folder``: one broker, or for the cluster
+    group a 3-broker cluster with the first of ``--cluster-sessions``."""
+    if CLUSTER in group:
+        session, heartbeat = args.cluster_sessions[0]
+        return start_cluster(name, folder, libs, args, session, heartbeat)
     if name == "tidelog":
         return peers.start_tidelog(folder, loop=args.tidelog_loop)
     if name == "kafka":
@@ -449,9 +598,11 @@ def workload_groups(selected: list[int], order: str) -> list[tuple[int, ...]]:
     """The workloads one broker start runs: all of them (sequential), or 1 and 2 together and the rest alone.
 
     Workload 2 consumes the topics workload 1 produced (``ctx.topics``), so the two share a broker.
+    The cluster workload (7) is always a group of its own: it runs on three brokers, not one.
     """
     if order == "sequential":
-        return [tuple(selected)]
+        single = tuple(n for n in selected if n != CLUSTER)
+        return [group for group in (single, (CLUSTER,) if CLUSTER in selected else ()) if group]
     groups: list[tuple[int, ...]] = []
     for number in selected:
         if number == 2 and groups and groups[-1] == (1,):
@@ -462,17 +613,18 @@ def workload_groups(selected: list[int], order: str) -> list[tuple[int, ...]]:
 
 
 def run_workloads(ctx: Context, group: tuple[int, ...]) -> None:
-    """``group`` against ``ctx.broker``, each workload with the broker's CPU seconds and peak RSS."""
+    """``group`` against ``ctx.target``, each workload with the broker's CPU seconds and peak RSS."""
     for number in group:
-        ctx.broker.reset_peak_rss()
-        cpu = ctx.broker.cpu_seconds()
+        ctx.target.reset_peak_rss()
+        cpu = ctx.target.cpu_seconds()
         began = time.monotonic()
         WORKLOADS[number](ctx)
+        whose = "the cluster's (3 brokers + etcd / controller, summed)" if number == CLUSTER else "broker"
         if number != 6:  # workload 6 restarts the broker: its own figures say it
-            ctx.plain(f"{number}.cpu_s", f"{number}   broker CPU seconds (whole workload)", "s", False,
-                      ctx.broker.cpu_seconds() - cpu)
-            ctx.plain(f"{number}.peak_rss", f"{number}   broker peak RSS", "MiB", False,
-                      ctx.broker.peak_rss_bytes() / wl.MIB)
+            ctx.plain(f"{number}.cpu_s", f"{number}   {whose} CPU seconds (whole workload)", "s", False,
+                      ctx.target.cpu_seconds() - cpu)
+            ctx.plain(f"{number}.peak_rss", f"{number}   {whose} peak RSS", "MiB", False,
+                      ctx.target.peak_rss_bytes() / wl.MIB)
         print(f"  workload {number} done in {time.monotonic() - began:.0f} s", file=sys.stderr)
 
 
@@ -486,20 +638,22 @@ def run_group(name: str, index: int, count: int, group: tuple[int, ...], context
     """
     folder = tmp / f"{name}-g{index}"
     load_before = os.getloadavg()
-    broker = start(name, folder, libs, args)
-    print(f"== {name} on {broker.bootstrap}, group {index}/{count}: workloads {', '.join(map(str, group))} "
-          f"(started in {broker.startup_s:.1f} s; load {load_before[0]:.2f})", file=sys.stderr)
+    target = start(name, folder, libs, args, group)
+    print(f"== {name} on {target.bootstrap}, group {index}/{count}: workloads {', '.join(map(str, group))} "
+          f"(started in {target.startup_s:.1f} s; load {load_before[0]:.2f})", file=sys.stderr)
     ctx = contexts.get(name)
     if ctx is None:
-        ctx = contexts[name] = Context(args, scale, libs, ceilings, broker, tmp)
-        ctx.plain("0.startup_s", "0 start-up, empty (until ApiVersions)", "s", False, broker.startup_s)
-        ctx.plain("0.rss", "0 RSS idle after start", "MiB", False, broker.rss_bytes() / wl.MIB)
-    ctx.broker = broker
+        ctx = contexts[name] = Context(args, scale, libs, ceilings, target, tmp)
+    if isinstance(target, peers.Broker) and "0.startup_s" not in ctx.figures:
+        ctx.plain("0.startup_s", "0 start-up, empty (until ApiVersions)", "s", False, target.startup_s)
+        ctx.plain("0.rss", "0 RSS idle after start", "MiB", False, target.rss_bytes() / wl.MIB)
+    ctx.target = target
     ctx.topics.clear()  # the previous group's topics were on another broker
     try:
         run_workloads(ctx, group)
     finally:
-        ctx.broker.stop()
+        ctx.target.stop()
+        ctx.notes += [note for note in ctx.target.notes if note not in ctx.notes]
         if not args.keep:  # its data is of no further use: leave the next group a disk without it
             shutil.rmtree(folder, ignore_errors=True)
     ctx.plain("9.load", "load average (1 min) after the run", "", False, os.getloadavg()[0])
@@ -551,20 +705,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller counts (see QUICK)")
     parser.add_argument("--only", default=",".join(BROKERS), help="brokers, comma separated: tidelog,kafka,tansu")
-    parser.add_argument("--workloads", default="1,2,3,4,5,6", help="workload numbers, comma separated")
+    parser.add_argument("--workloads", default="1,2,3,4,5,6,cluster",
+                        help="workload numbers, comma separated; 'cluster' (or 7) is the 3-broker group")
     parser.add_argument("--repeat", type=int, default=1, help="runs per throughput and latency figure; the median is shown")
     parser.add_argument("--workdir", help="where brokers keep their data (default: a temporary folder under /var/tmp)")
     parser.add_argument("--json", help="write all figures and tool runs to this file")
     parser.add_argument("--tidelog-loop", choices=["asyncio", "uvloop"], default="uvloop",
                         help="the tidelog broker's event loop (default: uvloop, what `tidelog serve` runs when it is installed)")
     parser.add_argument("--partitions", type=int, help="partitions of workload 6 (default 10,000; --quick 2,000)")
+    parser.add_argument("--cluster-sessions", default="9000:2000,3000:500",
+                        help="the cluster group's broker.session.timeout.ms:broker.heartbeat.interval.ms, both sides; "
+                             "the first for every cluster figure, each further one for one more failover on a fresh "
+                             "cluster (default 9000:2000,3000:500; 9000:2000 are both systems' defaults)")
     parser.add_argument("--keep", action="store_true", help="keep the brokers' folders (data and logs)")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the mock-cluster ceiling runs")
     parser.add_argument("--order", choices=["interleaved", "sequential"], default="interleaved",
                         help="interleaved (default): per group of workloads, every broker in turn, each started "
                              "afresh; sequential: each broker runs every workload before the next starts")
     args = parser.parse_args()
-    args.workloads = sorted({int(w) for w in args.workloads.split(",")})
+    try:
+        args.workloads = sorted({CLUSTER if w.strip() == "cluster" else int(w) for w in args.workloads.split(",")})
+    except ValueError:
+        parser.error(f"--workloads: numbers 1-{CLUSTER} or 'cluster', not {args.workloads!r}")
+    if unknown_workloads := set(args.workloads) - set(WORKLOADS):
+        parser.error(f"unknown workloads: {', '.join(map(str, sorted(unknown_workloads)))}")
+    try:
+        args.cluster_sessions = [tuple(int(v) for v in pair.split(":")) for pair in args.cluster_sessions.split(",")]
+    except ValueError:
+        parser.error(f"--cluster-sessions: SESSION_MS:HEARTBEAT_MS pairs, not {args.cluster_sessions!r}")
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     if unknown := set(names) - set(BROKERS):
         parser.error(f"unknown brokers: {', '.join(sorted(unknown))}")
@@ -575,7 +743,7 @@ def main() -> None:
 
     libs = peers.kafka_libs()
     print(f"Apache Kafka {peers.kafka_version(libs)} tools from {libs}; load {os.getloadavg()}", file=sys.stderr)
-    ceilings = {} if args.no_ceiling else measure_ceilings(scale)
+    ceilings = {} if args.no_ceiling else measure_ceilings(scale, args.workloads)
     contexts: dict[str, Context] = {}
     groups = workload_groups(args.workloads, args.order)
     skipped: dict[str, list[str]] = {name: [] for name in names}  # groups a broker could not start for
@@ -584,6 +752,9 @@ def main() -> None:
         for index, group in enumerate(groups, 1):
             # Every other group in the reverse order: no broker always runs first (or last).
             for name in names if index % 2 else names[::-1]:
+                if CLUSTER in group and name not in CLUSTER_BROKERS:
+                    print(f"{name}: not in the cluster group (no replicated cluster mode)", file=sys.stderr)
+                    continue
                 try:
                     run_group(name, index, len(groups), group, contexts, args, scale, libs, ceilings, Path(tmp))
                 except peers.BrokerUnavailable as exc:
@@ -610,7 +781,7 @@ def main() -> None:
         Path(args.json).write_text(json.dumps({
             "scale": asdict(scale), "ceilings": ceilings, "args": {k: v for k, v in vars(args).items()},
             "brokers": {n: {"figures": {k: asdict(f) for k, f in c.figures.items()}, "tool_runs": c.tool_runs,
-                            "notes": c.broker.notes, "failures": c.failures} for n, c in results.items()},
+                            "notes": c.notes, "failures": c.failures} for n, c in results.items()},
         }, indent=1))
 
 

@@ -18,6 +18,10 @@ single node needs:
 utime + stime of every thread; ``reset_peak_rss`` writes ``5`` to ``/proc/<pid>/clear_refs`` so that
 ``VmHWM`` becomes the peak of the next workload alone (Linux ≥ 4.0; where the write is refused the
 peak is since start, and ``peak_is_since_start`` says so).
+
+The 3-broker clusters of workload 7 (tidelog with etcd, Kafka with a KRaft controller) are started by
+``bench/clusters.py`` from the pieces here (``launch_tidelog``, ``prepare_kafka``, ``launch_kafka``,
+``wait_ready``).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 REPO = Path(__file__).resolve().parent.parent
 KAFKA_INSTALL = REPO / "tests" / "compat" / "kafka" / "install.sh"
@@ -66,6 +71,28 @@ KAFKA_SINGLE_NODE = {
     "share.coordinator.state.topic.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
 }
+
+
+class Target(Protocol):
+    """What ``bench/compare.py`` measures and stops around a group of workloads: one ``Broker``, or a
+    ``clusters.Cluster`` (its processes summed)."""
+
+    name: str
+    startup_s: float
+    notes: list[str]
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    def cpu_seconds(self) -> float: ...
+
+    def rss_bytes(self) -> int: ...
+
+    def peak_rss_bytes(self) -> int: ...
+
+    def reset_peak_rss(self) -> None: ...
+
+    def stop(self, timeout: float = 60.0) -> None: ...
 
 
 class BrokerUnavailable(Exception):
@@ -178,7 +205,7 @@ class Broker:
             self.process.wait(10)
 
 
-def _wait_ready(broker: Broker, started: float, timeout: float) -> Broker:
+def wait_ready(broker: Broker, started: float, timeout: float) -> Broker:
     deadline = started + timeout
     while time.monotonic() < deadline:
         if broker.process.poll() is not None:
@@ -198,9 +225,9 @@ def _wait_ready(broker: Broker, started: float, timeout: float) -> Broker:
 HYPOTHESIS_STORAGE = {"HYPOTHESIS_STORAGE_DIRECTORY": str(Path(__file__).resolve().parents[1] / ".hypothesis")}
 
 
-def start_tidelog(workdir: Path, overrides: Mapping[str, str] | None = None, port: int | None = None,
-                  env: Mapping[str, str] | None = None, timeout: float = 120.0, loop: str = "uvloop") -> Broker:
-    """tidelog on ``loop``: "uvloop" (what ``tidelog serve`` runs when uvloop is installed) or "asyncio"."""
+def launch_tidelog(workdir: Path, overrides: Mapping[str, str] | None = None, port: int | None = None,
+                   env: Mapping[str, str] | None = None, loop: str = "uvloop") -> Broker:
+    """tidelog on ``loop`` started, not waited for (``start_tidelog`` waits; a cluster starts all first)."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     settings = {"listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(workdir / "data"), **(overrides or {})}
@@ -208,23 +235,69 @@ def start_tidelog(workdir: Path, overrides: Mapping[str, str] | None = None, por
     for key, value in settings.items():
         command += ["--override", f"{key}={value}"]
     log_path = workdir / "tidelog.log"
-    started = time.monotonic()
     with log_path.open("ab") as out:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=workdir,
                                    env={**os.environ, **HYPOTHESIS_STORAGE, **(env or {})})
     broker = Broker("tidelog", "127.0.0.1", port, process, workdir, log_path)
     broker.notes.append(f"event loop: {loop}")
-    broker.restart = lambda: start_tidelog(workdir, overrides, port, env, timeout, loop)
-    return _wait_ready(broker, started, timeout)
+    return broker
+
+
+def start_tidelog(workdir: Path, overrides: Mapping[str, str] | None = None, port: int | None = None,
+                  env: Mapping[str, str] | None = None, timeout: float = 120.0, loop: str = "uvloop") -> Broker:
+    """tidelog on ``loop``: "uvloop" (what ``tidelog serve`` runs when uvloop is installed) or "asyncio"."""
+    started = time.monotonic()
+    broker = launch_tidelog(workdir, overrides, port, env, loop)
+    broker.restart = lambda: start_tidelog(workdir, overrides, broker.port, env, timeout, loop)
+    return wait_ready(broker, started, timeout)
 
 
 def _kafka_java(libs: Path, log4j: Path, *arguments: str) -> list[str]:
     return ["java", *KAFKA_JVM_OPTIONS, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*", *arguments]
 
 
+def new_kafka_cluster_id() -> str:
+    """A random cluster id as Kafka's ``Uuid.randomUuid`` makes it (never with a leading "-", read as an option)."""
+    cluster_id = "-"
+    while cluster_id.startswith("-"):
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return cluster_id
+
+
+def prepare_kafka(workdir: Path, libs: Path, properties: Mapping[str, str], cluster_id: str | None) -> None:
+    """``server.properties`` and the log4j2 file written in ``workdir``; its storage formatted for
+    ``cluster_id`` (None: keep what is there, as a restart does)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = workdir / "server.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
+    log4j = workdir / "log4j2.properties"
+    log4j.write_text(KAFKA_LOG4J2.format(log=workdir / "kafka.log"))
+    if cluster_id is None:
+        return
+    log_path = workdir / "kafka.out"
+    with log_path.open("ab") as out:
+        done = subprocess.run(
+            _kafka_java(libs, log4j, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config),
+                        "--ignore-formatted"),
+            stdout=out, stderr=out, check=False, timeout=180,
+        )
+    if done.returncode != 0:
+        raise BrokerUnavailable(f"Kafka StorageTool format failed ({done.returncode}); see {log_path}")
+
+
+def launch_kafka(workdir: Path, libs: Path, port: int, host: str = "127.0.0.1") -> Broker:
+    """``kafka.Kafka`` started on the files ``prepare_kafka`` wrote, not waited for; ``port`` is the
+    listener ``wait_ready`` asks ApiVersions on (a controller answers it on its CONTROLLER listener)."""
+    log_path = workdir / "kafka.out"
+    with log_path.open("ab") as out:
+        process = subprocess.Popen(
+            _kafka_java(libs, workdir / "log4j2.properties", "kafka.Kafka", str(workdir / "server.properties")),
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=workdir)
+    return Broker("kafka", host, port, process, workdir, log_path)
+
+
 def start_kafka(workdir: Path, libs: Path, overrides: Mapping[str, str] | None = None,
                 ports: tuple[int, int] | None = None, timeout: float = 180.0, format_storage: bool = True) -> Broker:
-    workdir.mkdir(parents=True, exist_ok=True)
     port, controller_port = ports or (free_port(), free_port())
     host = "127.0.0.1"
     properties = {
@@ -240,30 +313,11 @@ def start_kafka(workdir: Path, libs: Path, overrides: Mapping[str, str] | None =
         **KAFKA_SINGLE_NODE,
         **dict(overrides or {}),
     }
-    config = workdir / "server.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
-    log4j = workdir / "log4j2.properties"
-    log_path = workdir / "kafka.out"
-    log4j.write_text(KAFKA_LOG4J2.format(log=workdir / "kafka.log"))
-    if format_storage:
-        cluster_id = "-"
-        while cluster_id.startswith("-"):  # as Kafka's Uuid.randomUuid: a leading "-" reads as an option
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        with log_path.open("ab") as out:
-            done = subprocess.run(
-                _kafka_java(libs, log4j, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config),
-                            "--ignore-formatted"),
-                stdout=out, stderr=out, check=False, timeout=180,
-            )
-        if done.returncode != 0:
-            raise BrokerUnavailable(f"Kafka StorageTool format failed ({done.returncode}); see {log_path}")
+    prepare_kafka(workdir, libs, properties, new_kafka_cluster_id() if format_storage else None)
     started = time.monotonic()
-    with log_path.open("ab") as out:
-        process = subprocess.Popen(_kafka_java(libs, log4j, "kafka.Kafka", str(config)),
-                                   stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=workdir)
-    broker = Broker("kafka", host, port, process, workdir, log_path)
+    broker = launch_kafka(workdir, libs, port, host)
     broker.restart = lambda: start_kafka(workdir, libs, overrides, (port, controller_port), timeout, False)
-    return _wait_ready(broker, started, timeout)
+    return wait_ready(broker, started, timeout)
 
 
 def start_tansu(workdir: Path, port: int | None = None, timeout: float = 60.0) -> Broker:
@@ -280,4 +334,4 @@ def start_tansu(workdir: Path, port: int | None = None, timeout: float = 60.0) -
     broker = Broker("tansu", "127.0.0.1", port, process, workdir, log_path)
     broker.notes.append("memory storage engine: nothing written to disk")
     broker.restart = lambda: start_tansu(workdir, port, timeout)
-    return _wait_ready(broker, started, timeout)
+    return wait_ready(broker, started, timeout)

@@ -23,6 +23,13 @@ twin: plain Fetch requests (v4) for every partition, one at a time, with the con
 limits, walking only the batch headers; it measures how fast the broker serves reads.
 
     python bench/workloads.py raw-consume --bootstrap 127.0.0.1:9092 --topic t --count 500000 --partitions 64
+
+``failover`` is a paced acks=all producer to one partition that kills the partition's leader process
+(``--kill-pid``, SIGKILL) after ``--before`` seconds and reports the time from the kill to the first
+acknowledged record produced after it (``failover_s``), and until Metadata names another leader:
+
+    python bench/workloads.py failover --bootstrap 127.0.0.1:9092,127.0.0.1:9093 --topic f --partition 1 \\
+        --kill-pid 4242 --old-leader 2 --rate 1000 --size 1024
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import socket
 import struct
 import subprocess
@@ -310,6 +318,93 @@ def tool_latency(args: argparse.Namespace) -> dict[str, Any]:
             "lat_p999_ms": _percentile(latencies, 0.999), "lat_max_ms": latencies[-1], "records": len(latencies)}
 
 
+def tool_failover(args: argparse.Namespace) -> dict[str, Any]:
+    """Produce ``rate`` records/s to one partition; after ``before`` s kill -9 ``kill-pid`` (its leader).
+
+    Each record carries its sequence number. The figure is the time from the kill to the first
+    acknowledgement (acks=all) of a record produced after it, read on this process's monotonic clock;
+    a delivery callback runs inside ``poll``, which the paced loop calls at least every ``1/rate`` s,
+    so an acknowledgement is seen at most that late. Alongside: the time until Metadata (asked every
+    50 ms through every broker of ``bootstrap``) names a leader other than ``old-leader``. The run
+    goes on ``after`` s past that first acknowledgement, then flushes: every record must be
+    acknowledged (the producer retries; idempotence keeps the retries from writing twice).
+    """
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    producer = Producer({**_producer_config(args, args.bootstrap), "linger.ms": 0, "log_level": 0})
+    admin = AdminClient({"bootstrap.servers": args.bootstrap, "log_level": 0})
+    padding = b"x" * max(0, args.size - 8)
+    state: dict[str, Any] = {"kill_seq": None, "first_ack": None, "acked": 0, "errors": 0, "error": ""}
+    new_leader: list[float] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            state["errors"] += 1
+            state["error"] = str(err)
+            return
+        state["acked"] += 1
+        after_kill = state["kill_seq"] is not None and struct.unpack_from(">q", msg.value())[0] >= state["kill_seq"]
+        if after_kill and state["first_ack"] is None:
+            state["first_ack"] = time.monotonic()
+
+    def watch_metadata(stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                part = admin.list_topics(args.topic, timeout=1).topics[args.topic].partitions[args.partition]
+                if part.leader >= 0 and part.leader != args.old_leader:
+                    new_leader.append(time.monotonic())
+                    return
+            except Exception:  # a broker down: ask again
+                pass
+            stop.wait(0.05)
+
+    producer.produce(args.topic, struct.pack(">q", -1) + padding, partition=args.partition, on_delivery=on_delivery)
+    producer.flush(60)  # connection, metadata, producer id: before the clock starts
+    admin.list_topics(args.topic, timeout=10)
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch_metadata, args=(stop,), daemon=True)
+    interval = 1.0 / args.rate
+    start = time.monotonic()
+    kill_at = 0.0
+    seq = 0
+    while True:
+        delay = start + seq * interval - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        now = time.monotonic()
+        if state["kill_seq"] is None and now >= start + args.before:
+            os.kill(args.kill_pid, signal.SIGKILL)
+            kill_at = time.monotonic()
+            state["kill_seq"] = seq
+            watcher.start()
+        first = state["first_ack"]
+        if first is not None and now >= first + args.after:
+            break
+        if kill_at and now >= kill_at + args.max_wait:
+            break
+        while True:
+            try:
+                producer.produce(args.topic, struct.pack(">q", seq) + padding, partition=args.partition,
+                                 on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.005)
+        producer.poll(0)
+        seq += 1
+    remaining = producer.flush(120)
+    stop.set()
+    watcher.join(5)
+    if state["first_ack"] is None:
+        raise SystemExit(f"no record produced after the kill was acknowledged within {args.max_wait:g} s"
+                         f" ({state['errors']} delivery errors: {state['error']})")
+    result = {"failover_s": state["first_ack"] - kill_at, "sent": seq, "acked": state["acked"] - 1,
+              "errors": state["errors"], "unacknowledged": remaining, "last_error": state["error"]}
+    if new_leader:
+        result["new_leader_s"] = new_leader[0] - kill_at
+    return result
+
+
 # --- the broker's own intake ceiling (raw pipelined Produce) ---------------------------------------------
 
 PRODUCE_V8 = 8  # ProduceRequest v3-v8 share one non-flexible layout; every broker here accepts v8
@@ -390,6 +485,12 @@ def tool_raw_produce(args: argparse.Namespace) -> dict[str, Any]:
     records = batches * per_batch
     return {"records_s": records / elapsed, "mb_s": records * args.size / elapsed / MB, "seconds": elapsed,
             "requests": batches}
+
+
+def failover(bootstrap: str, topic: str, partition: int, kill_pid: int, old_leader: int, rate: float, size: int,
+             timeout: float = 180) -> ToolRun:
+    return confluent("failover", bootstrap, topic, timeout, partition=partition, kill_pid=kill_pid,
+                     old_leader=old_leader, rate=rate, size=size)
 
 
 def raw_produce(bootstrap: str, topic: str, count: int, size: int, inflight: int = 8, timeout: float = 600) -> ToolRun:
@@ -522,7 +623,7 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["produce", "consume", "latency", "raw-produce", "raw-consume"])
+    parser.add_argument("mode", choices=["produce", "consume", "latency", "raw-produce", "raw-consume", "failover"])
     parser.add_argument("--bootstrap", required=True, help="HOST:PORT, or 'mock' for librdkafka's mock cluster")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--count", type=int, default=100_000)
@@ -536,10 +637,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--inflight", type=int, default=8, help="raw-produce: requests in flight")
     parser.add_argument("--partitions", type=int, default=1, help="raw-consume: the topic's partitions")
+    parser.add_argument("--partition", type=int, default=0, help="failover: the partition written")
+    parser.add_argument("--kill-pid", type=int, default=0, help="failover: the process to kill -9 (its leader)")
+    parser.add_argument("--old-leader", type=int, default=-1, help="failover: the node id of that leader")
+    parser.add_argument("--before", type=float, default=3, help="failover: seconds of writes before the kill")
+    parser.add_argument("--after", type=float, default=1, help="failover: seconds of writes after the first ack")
+    parser.add_argument("--max-wait", type=float, default=60, help="failover: give up this long after the kill")
     args = parser.parse_args()
     args.idempotence = args.idempotence.lower() == "true"
     tools = {"produce": tool_produce, "consume": tool_consume, "latency": tool_latency, "raw-produce": tool_raw_produce,
-             "raw-consume": tool_raw_consume}
+             "raw-consume": tool_raw_consume, "failover": tool_failover}
     result = tools[args.mode](args)
     print(json.dumps(result))
 
