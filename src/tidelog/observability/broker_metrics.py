@@ -162,6 +162,8 @@ class BrokerMetrics:
         self.connections_closed = r.counter("tidelog_connections_closed_total", "Connections closed, by listener.", listener)
         self.connections = r.gauge("tidelog_connections", "Open connections, by listener.", listener)
         self.protocol_errors = r.counter("tidelog_protocol_errors_total", "Connections closed for a protocol error (bad frame, unknown API, bad version, malformed body), by listener and error.", ("listener", "error"))
+        self.connections_refused = r.counter("tidelog_connections_refused_total", "New connections closed at once by a limit (max.connections, max.connections.per.ip, max.connection.creation.rate), by listener and limit.", ("listener", "limit"))
+        self.request_read_timeouts = r.counter("tidelog_request_read_timeouts_total", "Connections closed because a request did not arrive within socket.request.read.timeout.ms, by listener.", listener)
         auth = ("listener", "mechanism")
         self.auth_failures = r.counter("tidelog_authentication_failures_total", "Failed SASL authentications, by listener and mechanism.", auth)
         self.auth_successes = r.counter("tidelog_authentication_successes_total", "Successful SASL authentications, by listener and mechanism.", auth)
@@ -248,6 +250,22 @@ class BrokerMetrics:
         labels = (listener,)
         self.connections_closed.inc(labels)
         self.connections.dec(labels)
+
+    def connection_refused(self, listener: str, limit: str) -> None:
+        """A new connection was closed at once: ``limit`` names the setting that refused it."""
+        self.connections_refused.inc((listener, limit))
+
+    def request_read_timed_out(self, listener: str) -> None:
+        self.request_read_timeouts.inc((listener,))
+
+    def watch_receive_budget(self, reserved: Callable[[], int], waiting: Callable[[], int]) -> None:
+        """Report the receive budget (queued.max.request.bytes) at each scrape."""
+        def collect() -> list[MetricFamily]:
+            return [
+                MetricFamily("tidelog_request_receive_budget_reserved_bytes", "Bytes of the receive budget (queued.max.request.bytes) held by requests being received or served.", "gauge").add((), reserved()),
+                MetricFamily("tidelog_request_receive_budget_waiting_connections", "Connections whose reading is paused until the receive budget can hold their request.", "gauge").add((), waiting()),
+            ]
+        self.registry.add_collector(collect)
 
     def authentication_failed(self, listener: str, mechanism: str) -> None:
         self.auth_failures.inc((listener, mechanism))
