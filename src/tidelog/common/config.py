@@ -304,6 +304,7 @@ _BROKER: list[Setting] = [
     Setting("max.connections.per.ip", Type.INT, 2**31 - 1, "Open connections from one address; past it a new connection is closed at once.", _B, True, at_least(0)),
     Setting("max.connections.per.ip.overrides", Type.STRING, "", "Per-address (or host name) limits, 'host:count,host:count', overriding max.connections.per.ip.", _B, True, _overrides),
     Setting("max.connection.creation.rate", Type.INT, 2**31 - 1, "New connections per second on the broker (the inter-broker listener exempt); past it a new connection is closed at once. Per listener.", _B, True, at_least(0)),
+    Setting("connection.failed.authentication.backoff.max.ms", Type.LONG, 10_000, "tidelog: cap of the exponential back-off after failed authentications per address and per user (doubling from connection.failed.authentication.delay.ms); 0 turns the back-off off.", _B, True, at_least(0)),
 ]
 
 # Keys that may also be set for one listener as listener.name.<listener>.<key> (listener in lower case).

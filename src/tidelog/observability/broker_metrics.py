@@ -167,6 +167,7 @@ class BrokerMetrics:
         auth = ("listener", "mechanism")
         self.auth_failures = r.counter("tidelog_authentication_failures_total", "Failed SASL authentications, by listener and mechanism.", auth)
         self.auth_successes = r.counter("tidelog_authentication_successes_total", "Successful SASL authentications, by listener and mechanism.", auth)
+        self.auth_throttled = r.counter("tidelog_authentication_throttled_total", "SASL attempts the failed-authentication throttle delayed before checking them, or refused unchecked, by listener and outcome.", ("listener", "outcome"))
         self.reauth_successes = r.counter("tidelog_reauthentication_successes_total", "Successful SASL re-authentications (connections.max.reauth.ms), by listener and mechanism.", auth)
         self._api_labels: dict[int, Labels] = {}
         self._phases: dict[Labels, tuple[list[float], ...]] = {}
@@ -269,6 +270,10 @@ class BrokerMetrics:
 
     def authentication_failed(self, listener: str, mechanism: str) -> None:
         self.auth_failures.inc((listener, mechanism))
+
+    def authentication_throttled(self, listener: str, outcome: str) -> None:
+        """``outcome``: ``delayed`` (checked after a wait) or ``refused`` (not checked at all)."""
+        self.auth_throttled.inc((listener, outcome))
 
     def authentication_succeeded(self, listener: str, mechanism: str) -> None:
         self.auth_successes.inc((listener, mechanism))
