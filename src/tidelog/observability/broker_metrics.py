@@ -59,6 +59,10 @@ class PartitionLogView(Protocol):
     def offline(self) -> bool: ...
     @property
     def producers(self) -> ProducerStateView: ...
+    @property
+    def recovery_truncations(self) -> int: ...
+    @property
+    def truncated_bytes(self) -> int: ...
 
 
 class LogDirView(Protocol):
@@ -300,6 +304,8 @@ def collect_logs(source: LogSource) -> list[MetricFamily]:
     hw = MetricFamily("tidelog_log_high_watermark", "High watermark: offsets below it are committed.", "gauge", tp)
     size = MetricFamily("tidelog_log_size_bytes", "Bytes of the partition's segments on disk.", "gauge", tp)
     producers = MetricFamily("tidelog_log_producer_ids", "Producer ids with state in the partition.", "gauge", tp)
+    cuts = MetricFamily("tidelog_log_recovery_truncations_total", "Times recovery cut a damaged or torn tail off the partition's log when the broker started (only partitions it happened to).", "counter", tp)
+    cut_bytes = MetricFamily("tidelog_log_recovery_truncated_bytes_total", "Bytes recovery removed from the partition's log when the broker started (only partitions it happened to).", "counter", tp)
     offline_partitions = 0
     for log in source.all_logs():
         if log.offline:
@@ -311,8 +317,11 @@ def collect_logs(source: LogSource) -> list[MetricFamily]:
         hw.add(labels, log.high_watermark)
         size.add(labels, log.size_bytes)
         producers.add(labels, len(log.producers.producers))
+        if log.recovery_truncations:
+            cuts.add(labels, log.recovery_truncations)
+            cut_bytes.add(labels, log.truncated_bytes)
     offline = MetricFamily("tidelog_offline_partitions", "Partitions whose log is offline (I/O error).", "gauge").add((), offline_partitions)
-    return [start, end, hw, size, producers, offline, *collect_log_dirs(source)]
+    return [start, end, hw, size, producers, cuts, cut_bytes, offline, *collect_log_dirs(source)]
 
 
 def collect_log_dirs(source: LogSource) -> list[MetricFamily]:
