@@ -59,7 +59,7 @@ def test_recovery_that_cuts_a_damaged_batch_logs_the_partition_offsets_bytes_and
         started = time.monotonic()
         broker.start()
         took = time.monotonic() - started
-        line = next((l for l in broker.log_text().splitlines() if "recovery of ledger-0" in l), None)
+        line = next((text for text in broker.log_text().splitlines() if "recovery of ledger-0" in text), None)
         print(f"\n{line}\nrestart took {took:.1f} s; broker peak RSS {peak_rss(broker.pid) / MIB:.0f} MiB")
         assert line is not None and " WARNING " in line, "the truncation was not logged at WARN"
         match = re.search(r"removed (\d+) bytes, offsets (\d+) to (\d+): (.*) \(segment", line)
