@@ -1,13 +1,17 @@
 """For the hostile tier (tests/system/hostile): one client misbehaves, and the test measures what it
 costs everyone else. Here: a bystander producer that measures its own delivery latency while the hostile client
-works, and the peak resident memory of a process (``VmHWM``, the kernel's high-water mark, so a spike
-between two samples is not missed).
+works, the peak resident memory of a process (``VmHWM``, the kernel's high-water mark, so a spike
+between two samples is not missed), a broker metric, connections from chosen loopback addresses, and a
+sender that declares a large request and never finishes it.
 """
 
 from __future__ import annotations
 
+import socket
+import struct
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -65,3 +69,72 @@ class Bystander:
         ordered = sorted(self.latencies)
         assert len(ordered) >= 20, f"only {len(ordered)} bystander records acknowledged"
         return ordered[int(len(ordered) * 0.99) - 1] * 1000
+
+
+def metric(port: int, name: str, **labels: str) -> float:
+    """The sum of a Prometheus series ``name`` (those with ``labels`` among theirs) on ``metrics.port``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    wanted = [f'{key}="{value}"' for key, value in labels.items()]
+    total = 0.0
+    for line in text.splitlines():
+        series, _, value = line.rpartition(" ")
+        if (series == name or series.startswith(name + "{")) and all(label in series for label in wanted):
+            total += float(value)
+    return total
+
+
+def connect_from(source: str, host: str, port: int, timeout: float = 5.0) -> socket.socket:
+    """A TCP connection to ``host:port`` from the loopback address ``source`` (any 127.x.y.z works on
+    Linux), so one test can play many client addresses."""
+    sock = socket.socket()
+    sock.settimeout(timeout)
+    sock.bind((source, 0))
+    sock.connect((host, port))
+    return sock
+
+
+def closed_by_peer(sock: socket.socket, within: float) -> bool:
+    """True when the peer closes (or resets) ``sock`` within ``within`` seconds, sending nothing."""
+    sock.settimeout(within)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+class SlowSender:
+    """A thread that declares a request of ``declared`` bytes and sends ``send`` bytes of it as fast as
+    the broker reads them, then holds the connection open without completing it."""
+
+    def __init__(self, host: str, port: int, declared: int, send: int) -> None:
+        self.sock = socket.create_connection((host, port), timeout=5)
+        self.declared, self.send, self.sent = declared, send, 0
+        self.closed_by_broker = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="slow-sender", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        self.sock.settimeout(0.2)
+        chunk = bytes(1 << 20)
+        pending = memoryview(struct.pack(">i", self.declared) + chunk)
+        while not self._stop.is_set() and self.sent < self.send:
+            try:
+                count = self.sock.send(pending[: self.send - self.sent])
+            except TimeoutError:
+                continue
+            except OSError:
+                self.closed_by_broker = True
+                return
+            self.sent += count
+            pending = pending[count:] if count < len(pending) else memoryview(chunk)
+        while not self._stop.is_set() and not self.closed_by_broker:  # all sent: hold, watching for a close
+            self.closed_by_broker = closed_by_peer(self.sock, 0.2)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.sock.close()

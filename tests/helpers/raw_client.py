@@ -110,8 +110,10 @@ def decode_api_versions_v0(frame: bytes) -> ApiVersionsV0Body:
 class RawClient:
     """One blocking connection to a broker. Use as a context manager, or call ``close``."""
 
-    def __init__(self, host: str, port: int, *, timeout: float = 5.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, host: str, port: int, *, timeout: float = 5.0, source: str | None = None) -> None:
+        """``source``: the local address to connect from (any 127.x.y.z plays another client on Linux)."""
+        self.sock = socket.create_connection((host, port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._correlation_ids = itertools.count(1)
 

@@ -100,6 +100,7 @@ def sasl(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) 
         "sasl.plain.users.file": users_file,
         "ssl.keystore.location": pki.server().bundle,
         "connection.failed.authentication.delay.ms": FAILED_AUTH_DELAY_MS,
+        "connection.failed.authentication.backoff.max.ms": 0,  # the throttle: tests/system/hostile/test_hostile_authentication.py
         "group.initial.rebalance.delay.ms": 0,
         "offsets.topic.num.partitions": 2,
         "auto.create.topics.enable": "false",

@@ -11,7 +11,15 @@ Flow control both ways:
 - in: while more than ``MAX_QUEUED_BYTES`` of frames wait for the task, reading is paused, so a
   client that pipelines cannot make the broker buffer without bound (Kafka mutes a channel while it
   serves a request from it);
+- in, across connections: a request larger than the receive area is read past it only once the
+  broker-wide ``ReceiveBudget`` (``queued.max.request.bytes``) has reserved its declared size;
+  until then reading is paused. The reservation travels with the frame and is released when the
+  task asks for the next frame (the previous one has been served) or the connection ends;
 - out: ``FlowControlMixin`` pauses and resumes the writer for ``drain()``.
+
+``request_started`` is when the request being received began arriving (None between requests, and
+while the broker itself keeps reading paused): the server closes a connection whose request takes
+longer than ``socket.request.read.timeout.ms`` to arrive, however often its bytes trickle in.
 
 A framing error (bad size) stops reading; ``next_frame()`` raises it once the frames received before
 it have been taken, so their responses are written first. End of stream likewise: the frames before
@@ -27,6 +35,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
+from tidelog.broker.receive_budget import ReceiveBudget, Waiter
 from tidelog.protocol.errors import ProtocolError
 from tidelog.protocol.framing import Frame, FrameDecoder
 
@@ -43,7 +52,9 @@ class KafkaProtocol(asyncio.BufferedProtocol):
     ``StreamWriter.drain()`` needs are here instead.
     """
 
-    def __init__(self, decoder: FrameDecoder, on_connect: OnConnect, over_tls: bool) -> None:
+    def __init__(
+        self, decoder: FrameDecoder, on_connect: OnConnect, over_tls: bool, budget: ReceiveBudget | None = None,
+    ) -> None:
         self.loop = asyncio.get_running_loop()  # protocols are made by the loop's server, inside the loop
         self._writing_paused = False
         self._drain_waiters: deque[asyncio.Future[None]] = deque()
@@ -51,15 +62,21 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         self.decoder = decoder
         self._on_connect = on_connect
         self._over_tls = over_tls
-        self._frames: deque[tuple[Frame, float]] = deque()  # (frame, perf_counter when it completed)
+        # (frame, perf_counter when it completed, bytes of the receive budget it holds)
+        self._frames: deque[tuple[Frame, float, int]] = deque()
         self._queued_bytes = 0
-        self._reading_paused = False
+        self._paused_for: set[str] = set()  # why reading is paused: "queue", "budget", "error"
+        self._budget = budget
+        self._receiving_reserved = 0  # budget held by the frame being received
+        self._serving_reserved = 0  # budget held by the frame the task is serving
+        self._budget_waiter: Waiter | None = None
         self._error: ProtocolError | None = None
         self._eof = False
         self._waiter: asyncio.Future[None] | None = None
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | None = None  # held here: the loop keeps only weak references to tasks
         self.last_received = time.monotonic()
+        self.request_started: float | None = None
 
     # -- asyncio callbacks ----------------------------------------------------------------------
 
@@ -85,14 +102,45 @@ class KafkaProtocol(asyncio.BufferedProtocol):
             frames = decode(data)
         except ProtocolError as exc:
             self._error = exc
-            self._pause_reading()
+            self._pause("error")
             frames = []
         for frame in frames:
-            self._frames.append((frame, now))
+            reserved, self._receiving_reserved = self._receiving_reserved, 0  # only the first can hold it
+            self._frames.append((frame, now, reserved))
             self._queued_bytes += len(frame)
         if self._queued_bytes > MAX_QUEUED_BYTES:
-            self._pause_reading()
+            self._pause("queue")
+        if self._error is None:
+            self._reserve_for_pending_frame()
+        self._track_request_start()
         self._wake()
+
+    def _reserve_for_pending_frame(self) -> None:
+        """Before a frame larger than the receive area is read past it, reserve its size or pause."""
+        budget = self._budget
+        size = self.decoder.pending_frame_size
+        if budget is None or size is None or self._receiving_reserved or self._budget_waiter is not None:
+            return
+        if size + 4 <= self.decoder.receive_area:
+            return
+        if budget.try_reserve(size):
+            self._receiving_reserved = size
+            return
+        self._pause("budget")
+        self._budget_waiter = budget.wait(size, self._budget_granted)
+
+    def _budget_granted(self) -> None:
+        waiter = self._budget_waiter
+        assert waiter is not None
+        self._budget_waiter = None
+        self._receiving_reserved = waiter.size
+        self._unpause("budget")
+
+    def _track_request_start(self) -> None:
+        if self.decoder.buffered_bytes == 0 or self._paused_for:
+            self.request_started = None
+        elif self.request_started is None:
+            self.request_started = time.monotonic()
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -101,6 +149,14 @@ class KafkaProtocol(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._connection_lost = True
+        self.request_started = None
+        if self._budget is not None:
+            if self._budget_waiter is not None:
+                self._budget.cancel(self._budget_waiter)
+                self._budget_waiter = None
+            if self._receiving_reserved:
+                self._budget.release(self._receiving_reserved)  # the partial frame will never be served
+                self._receiving_reserved = 0
         for waiter in self._drain_waiters:
             if not waiter.done():
                 waiter.set_exception(exc or ConnectionResetError("connection lost"))
@@ -144,18 +200,48 @@ class KafkaProtocol(asyncio.BufferedProtocol):
                 await self._waiter
             finally:
                 self._waiter = None
-        frame, received = self._frames.popleft()
+        frame, received, reserved = self._frames.popleft()
         self._queued_bytes -= len(frame)
-        if self._reading_paused and self._error is None and self._queued_bytes <= MAX_QUEUED_BYTES // 2:
-            self._reading_paused = False
-            if self.transport is not None and not self.transport.is_closing():
-                self.transport.resume_reading()
+        self._release_served()
+        self._serving_reserved = reserved
+        if "queue" in self._paused_for and self._queued_bytes <= MAX_QUEUED_BYTES // 2:
+            self._unpause("queue")
         return frame, received
 
-    def _pause_reading(self) -> None:
-        if not self._reading_paused and self.transport is not None and not self.transport.is_closing():
-            self._reading_paused = True
+    def _release_served(self) -> None:
+        if self._serving_reserved and self._budget is not None:
+            self._budget.release(self._serving_reserved)
+        self._serving_reserved = 0
+
+    def release_budget(self) -> None:
+        """The task is done with this connection: give back every reservation it still holds."""
+        self._release_served()
+        budget = self._budget
+        if budget is None:
+            return
+        for index, (frame, received, reserved) in enumerate(self._frames):
+            if reserved:
+                budget.release(reserved)
+                self._frames[index] = (frame, received, 0)
+        if self._budget_waiter is not None:
+            budget.cancel(self._budget_waiter)
+            self._budget_waiter = None
+        if self._receiving_reserved:
+            budget.release(self._receiving_reserved)
+            self._receiving_reserved = 0
+
+    def _pause(self, reason: str) -> None:
+        if not self._paused_for and self.transport is not None and not self.transport.is_closing():
             self.transport.pause_reading()
+        self._paused_for.add(reason)
+        self.request_started = None  # the broker holds this request back: its sender is not late
+
+    def _unpause(self, reason: str) -> None:
+        self._paused_for.discard(reason)
+        if not self._paused_for:
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.resume_reading()
+            self._track_request_start()
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():

@@ -28,6 +28,7 @@ from tidelog.broker.context import BrokerContext, Endpoint
 from tidelog.broker.group_metrics import consumer_lag, group_counts_by_state
 from tidelog.broker.group_runtime import GroupRuntime
 from tidelog.broker.producer_ids import ProducerIdAllocator
+from tidelog.broker.receive_budget import ReceiveBudget
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.broker.server import Server
 from tidelog.broker.topic_admin import TopicAdmin
@@ -171,6 +172,8 @@ class BrokerNode:
         self.security = self._build_security(ctx)
         ctx.authorizer = self.security.gate
         await self.security.start()
+        budget = ReceiveBudget(self.config.get_int("queued.max.request.bytes"))
+        ctx.metrics.watch_receive_budget(lambda: budget.reserved, lambda: budget.waiting)
         self.server = Server(
             ctx,
             max_frame_bytes=self.config.get_int("socket.request.max.bytes"),
@@ -179,6 +182,10 @@ class BrokerNode:
             idle_timeout_ms=self.config.get_int("connections.max.idle.ms"),
             security=self.security.listeners,
             sasl_max_receive_bytes=self.config.get_int("sasl.server.max.receive.size"),
+            receive_budget=budget,
+            request_read_timeout_ms=self.config.get_int("socket.request.read.timeout.ms"),
+            # Kafka protects the inter-broker listener from max.connections only when there are others.
+            inter_broker_listener=ReplicaManager.inter_broker_listener(self.config) if len(self.listeners) > 1 else None,
         )
         await self.server.listen(self.listeners)
         ctx.endpoints = self._advertised_endpoints(self.server.bound)

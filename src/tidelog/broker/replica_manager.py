@@ -84,7 +84,7 @@ class ReplicaManager:
         self.wake_fetches = wake_fetches
         self.now_ms = now_ms
         self.lag_time_max_ms = config.get_int("replica.lag.time.max.ms")
-        self.listener = self._inter_broker_listener(config)
+        self.listener = self.inter_broker_listener(config)
         self.settings = fetcher_settings(config)
         self.leaders: dict[TopicPartition, LeaderState] = {}
         self.followed: dict[TopicPartition, int] = {}
@@ -96,7 +96,7 @@ class ReplicaManager:
         self._topic_ids: dict[TopicPartition, uuid.UUID] = {}  # partition.metadata already checked
 
     @staticmethod
-    def _inter_broker_listener(config: BrokerConfig) -> str:
+    def inter_broker_listener(config: BrokerConfig) -> str:
         named = config.get("inter.broker.listener.name")
         if named:
             return str(named).upper()

@@ -15,6 +15,18 @@ may send only ApiVersions, SaslHandshake and SaslAuthenticate (or, after a v0 ha
 tokens) until it has authenticated; anything else closes it, and its frames are limited to
 ``sasl.server.max.receive.size`` meanwhile. A handler that sets ``conn.close_after_response`` (a
 failed authentication) has its response written and the connection closed.
+
+What one client may take (docs/security.md, "Hostile and broken clients"):
+
+- a new connection past ``max.connections``, ``max.connections.per.ip`` (and its overrides) or
+  ``max.connection.creation.rate`` (``security/connection_limits.py``) is closed at once, counted in
+  ``tidelog_connections_refused_total`` and logged once per address and minute;
+- a request larger than the receive area is read only while the broker-wide receive budget
+  (``queued.max.request.bytes``, ``broker/receive_budget.py``) can hold it;
+- a connection whose request takes longer than ``socket.request.read.timeout.ms`` to arrive is
+  closed by the sweeper (``tidelog_request_read_timeouts_total``), whatever the pace of its bytes:
+  the idle timeout alone restarts on every byte, so a client trickling one byte a second kept a
+  half-received request, and its share of the receive budget, for ever.
 """
 
 from __future__ import annotations
@@ -32,14 +44,16 @@ from tidelog.broker.connection import KafkaProtocol
 from tidelog.broker.context import BrokerContext, ConnectionInfo, Endpoint
 from tidelog.broker.dispatch import handler_for
 from tidelog.broker.handlers.security import sasl_raw_token, session_expired
+from tidelog.broker.receive_budget import ReceiveBudget
 from tidelog.broker.response_writer import ResponseWriter
 from tidelog.observability.broker_metrics import api_name
-from tidelog.observability.logs import context
+from tidelog.observability.logs import OncePerInterval, context
 from tidelog.protocol.codec import decode_request, encode_api_versions_unsupported, encode_response
 from tidelog.protocol.errors import Hint, ProtocolError, UnknownApiKey
 from tidelog.protocol.framing import FrameDecoder
 from tidelog.protocol.headers import parse_request_header
 from tidelog.security.authenticator import SaslAuthenticator
+from tidelog.security.connection_limits import UNLIMITED, ConnectionLimits, Limits, parse_overrides
 from tidelog.security.listeners import ListenerSecurity
 from tidelog.security.principal import NoMatchingRule
 
@@ -73,9 +87,17 @@ class Server:
     def __init__(
         self, ctx: BrokerContext, max_frame_bytes: int, send_buffer: int = -1, receive_buffer: int = -1,
         idle_timeout_ms: int = 600_000, security: Mapping[str, ListenerSecurity] | None = None,
-        sasl_max_receive_bytes: int = 524288,
+        sasl_max_receive_bytes: int = 524288, receive_budget: ReceiveBudget | None = None,
+        request_read_timeout_ms: int = 0, inter_broker_listener: str | None = None,
     ) -> None:
         self.ctx = ctx
+        self.receive_budget = receive_budget
+        self.request_read_timeout_s = request_read_timeout_ms / 1000
+        self.inter_broker_listener = inter_broker_listener
+        self.limits = ConnectionLimits()
+        self.refusal_log = OncePerInterval(60.0)
+        self.read_timeout_log = OncePerInterval(60.0)
+        self._overrides: tuple[str, dict[str, int]] = ("", {})
         self.security = dict(security or {})
         self.sasl_max_receive_bytes = sasl_max_receive_bytes
         self.max_frame_bytes = max_frame_bytes
@@ -88,7 +110,7 @@ class Server:
         self.bound: list[Endpoint] = []
         self.idle_timeout_s = idle_timeout_ms / 1000
         # Each connection's protocol (which knows when it last received bytes) and writer, for the idle sweeper.
-        self._last_active: dict[asyncio.Task[None], tuple[KafkaProtocol, asyncio.StreamWriter]] = {}
+        self._last_active: dict[asyncio.Task[None], tuple[KafkaProtocol, asyncio.StreamWriter, str]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self.responses = ResponseWriter()
 
@@ -103,7 +125,7 @@ class Server:
             port = server.sockets[0].getsockname()[1]
             self.bound.append(Endpoint(listener.name, listener.host, port, listener.security_protocol))
             self._servers.append(server)
-        if self._sweeper is None and self.idle_timeout_s > 0:
+        if self._sweeper is None and (self.idle_timeout_s > 0 or self.request_read_timeout_s > 0):
             self._sweeper = asyncio.create_task(self._sweep_idle())
 
     def _protocol(self, listener: Endpoint, security: ListenerSecurity | None) -> KafkaProtocol:
@@ -111,22 +133,79 @@ class Server:
         if security is not None and security.sasl is not None:
             limit = min(limit, self.sasl_max_receive_bytes)  # until the connection has authenticated
         on_connect = functools.partial(self._accept, listener=listener)
-        return KafkaProtocol(FrameDecoder(limit), on_connect, over_tls=security is not None and security.tls is not None)
+        return KafkaProtocol(FrameDecoder(limit), on_connect, over_tls=security is not None and security.tls is not None,
+                             budget=self.receive_budget)
 
     async def _sweep_idle(self) -> None:
-        """Close connections that sent nothing for connections.max.idle.ms (and are not mid-request)."""
-        interval = min(max(self.idle_timeout_s / 10, 0.05), 30.0)
+        """Close connections that sent nothing for connections.max.idle.ms (and are not mid-request),
+        and those whose request has been arriving for longer than socket.request.read.timeout.ms."""
+        timeouts = [t for t in (self.idle_timeout_s, self.request_read_timeout_s) if t > 0]
+        interval = min(max(min(timeouts) / 10, 0.05), 30.0)
         while True:
             await asyncio.sleep(interval)
-            cutoff = time.monotonic() - self.idle_timeout_s
-            for task, (proto, writer) in list(self._last_active.items()):
-                if proto.last_received < cutoff and task not in self._busy:
+            now = time.monotonic()
+            cutoff = now - self.idle_timeout_s
+            for task, (proto, writer, listener) in list(self._last_active.items()):
+                started = proto.request_started
+                if self.request_read_timeout_s > 0 and started is not None and now - started > self.request_read_timeout_s:
+                    self._read_timed_out(proto, writer, listener, now - started)
+                elif self.idle_timeout_s > 0 and proto.last_received < cutoff and task not in self._busy:
                     log.debug("closing idle connection %s", writer.get_extra_info("peername"))
                     writer.close()
+
+    def _read_timed_out(self, proto: KafkaProtocol, writer: asyncio.StreamWriter, listener: str, took: float) -> None:
+        self.ctx.metrics.request_read_timed_out(listener)
+        peername = writer.get_extra_info("peername")
+        host = peername[0] if peername else "?"
+        logged, held = self.read_timeout_log.should_log(host)
+        if logged:
+            log.warning("closing connection from %s on %s: %d bytes of a request in %.1f s, not complete within "
+                        "socket.request.read.timeout.ms (%d ms)%s", host, listener, proto.decoder.buffered_bytes, took,
+                        self.request_read_timeout_s * 1000, f"; {held} more since the last message" if held else "")
+        proto.request_started = None
+        writer.transport.abort()  # nothing to flush: no answer is owed for a request never received
+
+    def _limits(self, listener: str) -> Limits:
+        config = self.ctx.config
+        raw = str(config.get("max.connections.per.ip.overrides") or "")
+        if raw != self._overrides[0]:
+            try:
+                self._overrides = (raw, parse_overrides(raw))
+            except ValueError as exc:  # the catalogue validated it; a name that no longer resolves lands here
+                log.warning("max.connections.per.ip.overrides ignored: %s", exc)
+                self._overrides = (raw, {})
+        return Limits(
+            max_connections=config.get_int("max.connections"),
+            listener_max=_int(config.get_for_listener(listener, "max.connections")),
+            per_ip=config.get_int("max.connections.per.ip"),
+            per_ip_overrides=self._overrides[1],
+            creation_rate=config.get_int("max.connection.creation.rate"),
+            listener_creation_rate=_int(config.get_for_listener(listener, "max.connection.creation.rate")),
+            inter_broker=listener == self.inter_broker_listener,
+        )
+
+    def _admit(self, writer: asyncio.StreamWriter, listener: str) -> str | None:
+        """Count a new connection against the limits; the address it came from, or None when refused."""
+        peername = writer.get_extra_info("peername")
+        host = str(peername[0]) if peername else "?"
+        refused = self.limits.admit(listener, host, self._limits(listener), time.monotonic())
+        if refused is None:
+            return host
+        self.ctx.metrics.connection_refused(listener, refused)
+        logged, held = self.refusal_log.should_log(host)
+        if logged:
+            log.warning("refused a connection from %s on %s: %s reached%s (further refusals of this address are "
+                        "logged once a minute)", host, listener, refused, f"; {held} refused since" if held else "")
+        writer.transport.abort()
+        return None
 
     async def _accept(self, proto: KafkaProtocol, writer: asyncio.StreamWriter, listener: Endpoint) -> None:
         task = asyncio.current_task()
         assert task is not None
+        host = self._admit(writer, listener.name)
+        if host is None:
+            proto.release_budget()
+            return
         self._connections.add(task)
         try:
             sock = writer.get_extra_info("socket")
@@ -145,6 +224,8 @@ class Server:
         finally:
             self._connections.discard(task)
             self._last_active.pop(task, None)
+            self.limits.closed(listener.name, host)
+            proto.release_budget()
 
     async def _serve(
         self, proto: KafkaProtocol, writer: asyncio.StreamWriter, listener: Endpoint, task: asyncio.Task[None]
@@ -158,7 +239,7 @@ class Server:
         if security is not None and not self._secure(conn, security, writer):
             writer.close()
             return
-        self._last_active[task] = (proto, writer)
+        self._last_active[task] = (proto, writer, listener.name)
         try:
             while True:
                 received_frame = await proto.next_frame()
@@ -282,3 +363,7 @@ class Server:
             await asyncio.wait(list(self._connections), timeout=1.0)
         for server in self._servers:
             await server.wait_closed()
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) else UNLIMITED

@@ -10,7 +10,8 @@ yet created or not yet deleted).
 In a cluster (``clustered``) any broker may serve these requests: replicas are placed over the live
 brokers with Kafka's rack-aware assignment (``controller.placement``), each partition starts led by its
 first replica with every replica in the ISR, and the commit is a compare-and-set in etcd (a racing
-creation of the same topic loses with TOPIC_ALREADY_EXISTS). Logs are created and deleted by each
+creation of the same topic loses with TOPIC_ALREADY_EXISTS). A commit that cannot be written (the
+metadata disk is full) changes nothing and answers KAFKA_STORAGE_ERROR, as Kafka answers a failed log dir. Logs are created and deleted by each
 broker's replica manager when the change reaches it through the store's watch.
 """
 
@@ -80,6 +81,9 @@ class TopicAdmin:
             await self.store.commit(image)
         except StaleMetadataError as exc:
             return _fail(ErrorCode.NOT_CONTROLLER, f"The metadata changed concurrently; retry ({exc})")
+        except OSError as exc:  # the local metadata file could not be written (a full disk); nothing changed
+            log.error("the cluster metadata could not be written: %s", exc)
+            return _fail(ErrorCode.KAFKA_STORAGE_ERROR, f"The cluster metadata could not be written: {exc.strerror or exc}")
         return None
 
     # -- queries ---------------------------------------------------------------------------------

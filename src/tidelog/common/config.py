@@ -136,6 +136,19 @@ def _store_url(value: Value) -> str | None:
     return "expected etcd://host:port[,host:port...][/prefix], or empty for the local file"
 
 
+def _budget(value: Value) -> str | None:
+    assert isinstance(value, int)
+    return None if value == -1 or value > 0 else "must be -1 (no limit) or a positive number of bytes"
+
+
+def _overrides(value: Value) -> str | None:
+    for item in str(value or "").split(","):
+        host, sep, count = item.strip().rpartition(":")
+        if item.strip() and (not sep or not host or not count.strip().isdigit()):
+            return f"expected host:count[,host:count...], not {item.strip()!r}"
+    return None
+
+
 def one_of(*choices: str) -> Callable[[Value], str | None]:
     def check(value: Value) -> str | None:
         items = value if isinstance(value, list) else [value]
@@ -286,7 +299,16 @@ _BROKER: list[Setting] = [
     Setting("allow.everyone.if.no.acl.found", Type.BOOLEAN, False, "Allow a request on a resource no ACL mentions.", _B),
     Setting("authorizer.mode", Type.STRING, "enforce", "tidelog: enforce ACLs, or audit: allow every request and record those enforcement would deny (the path from an open cluster to a locked one). Per listener.", _B, True, one_of("enforce", "audit")),
     Setting("authorizer.audit.flush.interval.ms", Type.LONG, 10_000, "tidelog: how often the audit record is written to __acl_audit.json in the first log dir.", _B, False, at_least(1)),
-    Setting("authorizer.audit.max.entries", Type.INT, 10_000, "tidelog: most distinct (principal, client, host, resource, operation) rows the audit keeps; more are counted as dropped.", _B, False, at_least(1)),    # -- admin APIs answered as a single node (issue 24)
+    Setting("authorizer.audit.max.entries", Type.INT, 10_000, "tidelog: most distinct (principal, client, host, resource, operation) rows the audit keeps; more are counted as dropped.", _B, False, at_least(1)),
+    # Hostile and broken clients (issue 25; docs/security.md's limits table).
+    Setting("queued.max.request.bytes", Type.LONG, 104857600, "Bytes of requests larger than 64 KiB being received at once, broker-wide (-1: no limit). A connection waits, its reading paused, until its request fits; one request up to socket.request.max.bytes is always admitted alone.", _B, False, _budget),
+    Setting("socket.request.read.timeout.ms", Type.LONG, 30_000, "tidelog: a connection whose request takes longer than this to arrive (from its first byte to its last, time the broker itself paused reading excepted) is closed (0: no deadline).", _B, False, at_least(0)),
+    Setting("max.connections", Type.INT, 2**31 - 1, "Open connections on the broker (the inter-broker listener exempt); past it a new connection is closed at once. Per listener.", _B, True, at_least(0)),
+    Setting("max.connections.per.ip", Type.INT, 2**31 - 1, "Open connections from one address; past it a new connection is closed at once.", _B, True, at_least(0)),
+    Setting("max.connections.per.ip.overrides", Type.STRING, "", "Per-address (or host name) limits, 'host:count,host:count', overriding max.connections.per.ip.", _B, True, _overrides),
+    Setting("max.connection.creation.rate", Type.INT, 2**31 - 1, "New connections per second on the broker (the inter-broker listener exempt); past it a new connection is closed at once. Per listener.", _B, True, at_least(0)),
+    Setting("connection.failed.authentication.backoff.max.ms", Type.LONG, 10_000, "tidelog: cap of the exponential back-off after failed authentications per address and per user (doubling from connection.failed.authentication.delay.ms); 0 turns the back-off off.", _B, True, at_least(0)),
+    # -- admin APIs answered as a single node (issue 24)
     Setting("max.request.partition.size.limit", Type.INT, 2000, "Most partitions one DescribeTopicPartitions response holds; the rest comes through its cursor.", _B, False, at_least(1)),
 ]
 
@@ -296,6 +318,7 @@ LISTENER_SCOPED = frozenset({
     "ssl.keystore.type", "ssl.keystore.location", "ssl.key.password", "ssl.truststore.type",
     "ssl.truststore.location", "ssl.truststore.certificates", "ssl.client.auth", "ssl.enabled.protocols",
     "ssl.principal.mapping.rules", "sasl.enabled.mechanisms", "sasl.plain.users.file", "authorizer.mode",
+    "max.connections", "max.connection.creation.rate",
 })
 
 

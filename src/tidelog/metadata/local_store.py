@@ -45,13 +45,20 @@ FORMAT_VERSION = 1
 
 
 def write_atomically(path: pathlib.Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: write temp, fsync, rename, fsync the directory."""
+    """Replace ``path`` with ``data``: write temp, fsync, rename, fsync the directory.
+
+    If the temporary file cannot be written (a full disk: ENOSPC, an I/O error) it is removed and the
+    OSError raised: ``path`` keeps the old image and no stray ``.tmp`` is left behind."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

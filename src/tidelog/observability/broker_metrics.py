@@ -59,6 +59,10 @@ class PartitionLogView(Protocol):
     def offline(self) -> bool: ...
     @property
     def producers(self) -> ProducerStateView: ...
+    @property
+    def recovery_truncations(self) -> int: ...
+    @property
+    def truncated_bytes(self) -> int: ...
 
 
 class LogDirView(Protocol):
@@ -162,9 +166,12 @@ class BrokerMetrics:
         self.connections_closed = r.counter("tidelog_connections_closed_total", "Connections closed, by listener.", listener)
         self.connections = r.gauge("tidelog_connections", "Open connections, by listener.", listener)
         self.protocol_errors = r.counter("tidelog_protocol_errors_total", "Connections closed for a protocol error (bad frame, unknown API, bad version, malformed body), by listener and error.", ("listener", "error"))
+        self.connections_refused = r.counter("tidelog_connections_refused_total", "New connections closed at once by a limit (max.connections, max.connections.per.ip, max.connection.creation.rate), by listener and limit.", ("listener", "limit"))
+        self.request_read_timeouts = r.counter("tidelog_request_read_timeouts_total", "Connections closed because a request did not arrive within socket.request.read.timeout.ms, by listener.", listener)
         auth = ("listener", "mechanism")
         self.auth_failures = r.counter("tidelog_authentication_failures_total", "Failed SASL authentications, by listener and mechanism.", auth)
         self.auth_successes = r.counter("tidelog_authentication_successes_total", "Successful SASL authentications, by listener and mechanism.", auth)
+        self.auth_throttled = r.counter("tidelog_authentication_throttled_total", "SASL attempts the failed-authentication throttle delayed before checking them, or refused unchecked, by listener and outcome.", ("listener", "outcome"))
         self.reauth_successes = r.counter("tidelog_reauthentication_successes_total", "Successful SASL re-authentications (connections.max.reauth.ms), by listener and mechanism.", auth)
         self._api_labels: dict[int, Labels] = {}
         self._phases: dict[Labels, tuple[list[float], ...]] = {}
@@ -249,8 +256,28 @@ class BrokerMetrics:
         self.connections_closed.inc(labels)
         self.connections.dec(labels)
 
+    def connection_refused(self, listener: str, limit: str) -> None:
+        """A new connection was closed at once: ``limit`` names the setting that refused it."""
+        self.connections_refused.inc((listener, limit))
+
+    def request_read_timed_out(self, listener: str) -> None:
+        self.request_read_timeouts.inc((listener,))
+
+    def watch_receive_budget(self, reserved: Callable[[], int], waiting: Callable[[], int]) -> None:
+        """Report the receive budget (queued.max.request.bytes) at each scrape."""
+        def collect() -> list[MetricFamily]:
+            return [
+                MetricFamily("tidelog_request_receive_budget_reserved_bytes", "Bytes of the receive budget (queued.max.request.bytes) held by requests being received or served.", "gauge").add((), reserved()),
+                MetricFamily("tidelog_request_receive_budget_waiting_connections", "Connections whose reading is paused until the receive budget can hold their request.", "gauge").add((), waiting()),
+            ]
+        self.registry.add_collector(collect)
+
     def authentication_failed(self, listener: str, mechanism: str) -> None:
         self.auth_failures.inc((listener, mechanism))
+
+    def authentication_throttled(self, listener: str, outcome: str) -> None:
+        """``outcome``: ``delayed`` (checked after a wait) or ``refused`` (not checked at all)."""
+        self.auth_throttled.inc((listener, outcome))
 
     def authentication_succeeded(self, listener: str, mechanism: str) -> None:
         self.auth_successes.inc((listener, mechanism))
@@ -277,6 +304,8 @@ def collect_logs(source: LogSource) -> list[MetricFamily]:
     hw = MetricFamily("tidelog_log_high_watermark", "High watermark: offsets below it are committed.", "gauge", tp)
     size = MetricFamily("tidelog_log_size_bytes", "Bytes of the partition's segments on disk.", "gauge", tp)
     producers = MetricFamily("tidelog_log_producer_ids", "Producer ids with state in the partition.", "gauge", tp)
+    cuts = MetricFamily("tidelog_log_recovery_truncations_total", "Times recovery cut a damaged or torn tail off the partition's log when the broker started (only partitions it happened to).", "counter", tp)
+    cut_bytes = MetricFamily("tidelog_log_recovery_truncated_bytes_total", "Bytes recovery removed from the partition's log when the broker started (only partitions it happened to).", "counter", tp)
     offline_partitions = 0
     for log in source.all_logs():
         if log.offline:
@@ -288,8 +317,11 @@ def collect_logs(source: LogSource) -> list[MetricFamily]:
         hw.add(labels, log.high_watermark)
         size.add(labels, log.size_bytes)
         producers.add(labels, len(log.producers.producers))
+        if log.recovery_truncations:
+            cuts.add(labels, log.recovery_truncations)
+            cut_bytes.add(labels, log.truncated_bytes)
     offline = MetricFamily("tidelog_offline_partitions", "Partitions whose log is offline (I/O error).", "gauge").add((), offline_partitions)
-    return [start, end, hw, size, producers, offline, *collect_log_dirs(source)]
+    return [start, end, hw, size, producers, cuts, cut_bytes, offline, *collect_log_dirs(source)]
 
 
 def collect_log_dirs(source: LogSource) -> list[MetricFamily]:

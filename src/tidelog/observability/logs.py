@@ -94,3 +94,28 @@ def configure_logging(level: str | int = "INFO", kind: str = "text", stream: Tex
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
+
+
+class OncePerInterval:
+    """Log an event at most once per key (an address, a user name) per ``interval_s``.
+
+    ``should_log(key, now)`` is True for the first event of a key in an interval and returns how many
+    events of that key were held back since the last line (to say so in it). At most ``max_keys`` keys
+    are remembered (the oldest are forgotten first), so hostile keys cannot grow it without bound.
+    """
+
+    def __init__(self, interval_s: float = 60.0, max_keys: int = 10_000) -> None:
+        self.interval_s = interval_s
+        self.max_keys = max_keys
+        self._last: dict[str, tuple[float, int]] = {}  # key -> (when last logged, events held back since)
+
+    def should_log(self, key: str, now: float | None = None) -> tuple[bool, int]:
+        now = time.monotonic() if now is None else now
+        seen = self._last.pop(key, None)
+        if seen is not None and now - seen[0] < self.interval_s:
+            self._last[key] = (seen[0], seen[1] + 1)
+            return False, seen[1] + 1
+        self._last[key] = (now, 0)
+        while len(self._last) > self.max_keys:
+            del self._last[next(iter(self._last))]
+        return True, 0 if seen is None else seen[1]

@@ -70,6 +70,23 @@ class FrameDecoder:
         """Bytes received but not yet returned as a frame (part of the next frame)."""
         return self._end - self._start + (self._filled if self._frame is not None else 0)
 
+    @property
+    def pending_frame_size(self) -> int | None:
+        """The declared size of the frame being received, once its 4 size bytes are in; else None.
+
+        A frame larger than ``receive_area - 4`` gets a buffer of its own when the area fills: a
+        network layer that budgets memory reserves this size before reading further (and pauses
+        reading until it may)."""
+        if self._frame is not None:
+            return self._size
+        if self._area is None or self._end - self._start < 4:
+            return None
+        return int(_SIZE.unpack_from(self._area, self._start)[0])
+
+    @property
+    def receive_area(self) -> int:
+        return self._area_size
+
     # -- receiving in place -----------------------------------------------------------------
 
     def get_buffer(self) -> memoryview:

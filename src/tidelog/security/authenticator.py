@@ -10,6 +10,10 @@ and SaslAuthenticate; anything else closes it. The exchange::
 With handshake v0 (old clients) the tokens that follow are frames without a Kafka header, answered
 with bare length-prefixed tokens. After COMPLETE the connection's principal is ``User:<name>``.
 This class only sequences; the mechanisms are ``tidelog.protocol.sasl``'s state machines.
+
+For the failed-authentication throttle it also tells which user a token names (``claimed_user``)
+and whether the next token is the one that decides (``decides_next``: PLAIN's only token, SCRAM's
+client-final), so the throttle's wait can come before the credentials are checked.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from tidelog.protocol.sasl import (
     ScramCredential,
     ScramServer,
     Step,
+    parse_client_first,
 )
+from tidelog.security.auth_throttle import FailedAuthThrottle
 from tidelog.security.credentials import PlainUsers
 
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
@@ -57,6 +63,7 @@ class SaslSettings:
     plain_users: PlainUsers | None = None
     fake_salt_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     new_nonce: Callable[[], str] = _new_nonce
+    throttle: FailedAuthThrottle | None = None  # broker-wide, shared by the SASL listeners
 
 
 class SaslAuthenticator:
@@ -66,6 +73,8 @@ class SaslAuthenticator:
         self.mechanism: str | None = None
         self.principal: str | None = None
         self._server: PlainServer | ScramServer | None = None
+        self._tokens = 0  # tokens of this exchange checked so far
+        self._user: str | None = None  # the user the exchange names, once a token said it
 
     @property
     def raw_tokens(self) -> bool:
@@ -103,12 +112,37 @@ class SaslAuthenticator:
             )
         raise ValueError(f"no SASL server for {mechanism}")
 
+    @property
+    def decides_next(self) -> bool:
+        """The next token's check settles the exchange (PLAIN's token, SCRAM's client-final)."""
+        return self.mechanism == PLAIN or self._tokens >= 1
+
+    def claimed_user(self, token: bytes) -> str | None:
+        """The user name this exchange names, from ``token`` or an earlier one; None if it does not parse."""
+        if self._user is not None:
+            return self._user
+        if self.mechanism == PLAIN:
+            parts = token.split(b"\x00")
+            name = parts[1].decode("utf-8", "replace") if len(parts) == 3 else ""
+        elif self.mechanism in SCRAM_MECHANISMS and self._tokens == 0:
+            try:
+                name = parse_client_first(token).username
+            except SaslError:
+                name = ""
+        else:
+            name = ""
+        self._user = name or None
+        return self._user
+
     def authenticate(self, token: bytes) -> Step:
         """One client token; raises SaslError (the connection must then close)."""
         server = self._server
         if self.state not in (AuthState.AUTHENTICATE, AuthState.RAW) or server is None:
             self.state = AuthState.FAILED
             raise SaslIllegalState("Unexpected SaslAuthenticate request: no SaslHandshake came first")
+        if self._tokens == 0:
+            self.claimed_user(token)  # SCRAM names its user in the first token only
+        self._tokens += 1
         try:
             step = server.step(token)
         except SaslError:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from tidelog.common.config import BrokerConfig
 from tidelog.common.errors import ConfigError
 from tidelog.protocol.sasl import PLAIN, ScramCredential
+from tidelog.security.auth_throttle import FailedAuthThrottle
 from tidelog.security.authenticator import SaslSettings
 from tidelog.security.credentials import PlainUsers
 from tidelog.security.principal import SslPrincipalMapper
@@ -37,7 +38,8 @@ class ListenerSecurity:
 
 
 def build_listener_security(
-    config: BrokerConfig, name: str, protocol: str, scram_lookup: Callable[[str, str], ScramCredential | None]
+    config: BrokerConfig, name: str, protocol: str, scram_lookup: Callable[[str, str], ScramCredential | None],
+    throttle: FailedAuthThrottle | None = None,
 ) -> ListenerSecurity:
     """Raises ConfigError naming the listener and the setting at fault."""
     if protocol not in SECURITY_PROTOCOLS:
@@ -62,5 +64,5 @@ def build_listener_security(
             if not path:
                 raise ConfigError(f"listener {name}: PLAIN is enabled but sasl.plain.users.file is not set")
             users = PlainUsers(str(path))
-        sasl = SaslSettings(tuple(mechanisms), scram_lookup, users)
+        sasl = SaslSettings(tuple(mechanisms), scram_lookup, users, throttle=throttle)
     return ListenerSecurity(name, protocol, tls, sasl, mapper)

@@ -25,6 +25,7 @@ from tidelog.protocol.sasl import ScramCredential
 from tidelog.security.access import AccessGate, Mode
 from tidelog.security.acl import AclRecord
 from tidelog.security.audit import FILE_NAME, AuditLog, build_report, load_into, write_report
+from tidelog.security.auth_throttle import FailedAuthThrottle
 from tidelog.security.authorizer import Authorizer
 from tidelog.security.listeners import ListenerSecurity, build_listener_security
 
@@ -55,8 +56,13 @@ class SecurityService:
         """``listeners``: (name, security protocol) pairs. Raises ConfigError for a bad setting."""
         self.config = config
         self.listener_names = [name for name, _ in listeners]
+        self.auth_throttle = FailedAuthThrottle(lambda: (
+            config.get_int("connection.failed.authentication.delay.ms"),
+            config.get_int("connection.failed.authentication.backoff.max.ms"),
+        ))
         self.listeners: dict[str, ListenerSecurity] = {
-            name: build_listener_security(config, name, protocol, scram_lookup) for name, protocol in listeners
+            name: build_listener_security(config, name, protocol, scram_lookup, self.auth_throttle)
+            for name, protocol in listeners
         }
         self.audit_path = audit_dir / FILE_NAME
         self.gate: AccessGate | None = None

@@ -41,6 +41,7 @@ from __future__ import annotations
 import bisect
 import errno
 import importlib
+import logging
 import os
 import threading
 import time
@@ -71,6 +72,8 @@ from tidelog.storage.producer_state import SUFFIX as SNAPSHOT_SUFFIX
 from tidelog.storage.producer_state import ProducerStateManager
 from tidelog.storage.segment import DELETED_SUFFIX, BatchInfo, LogSegment
 from tidelog.storage.txn_index import AbortedTxn
+
+log = logging.getLogger(__name__)
 
 Buffer = bytes | bytearray | memoryview
 _MAX_RELATIVE_OFFSET = 2**31 - 1
@@ -195,6 +198,7 @@ class PartitionLog:
         self._last_flush_ms = _now_ms() if now_ms is None else now_ms
         self.recovered_unclean = False
         self.truncated_bytes = 0
+        self.recovery_truncations = 0  # cuts recovery made when the log was opened (0 or 1)
         directory.mkdir(parents=True, exist_ok=True)
         self.epoch_cache = LeaderEpochCache(directory)
         self.producers = ProducerStateManager(directory, producer_id_expiration_ms)
@@ -238,11 +242,15 @@ class PartitionLog:
             seg.seal()
             seg.write_indexes()
             if truncated:
-                self.truncated_bytes += size_before - seg.size
+                cut_at, last = seg.size, seg.recovery_cut_last_offset
+                self.truncated_bytes += size_before - cut_at
                 for later in bases[i + 1 :]:
                     gone = LogSegment(self.dir, later, self.config.segment_index_bytes, load=True)
                     self.truncated_bytes += gone.size
+                    last = max(last or later, gone.last_offset_from(0, later) or later)
                     gone.delete_files()
+                self.recovery_truncations += 1
+                self._report_truncation(seg, cut_at, last, len(bases) - i - 1)
                 break
         if not self._segments:
             self._add_segment(LogSegment(self.dir, log_start_offset, self.config.segment_index_bytes,
@@ -259,6 +267,15 @@ class PartitionLog:
         # Recovery reset the .txnindex of the segments it re-read: their aborts are indexed again.
         reindex_from = self._segments[recover_from].base_offset if recover_from < len(self._segments) else None
         self._rebuild_producer_state(leo, reindex_from)
+
+    def _report_truncation(self, seg: LogSegment, cut_at: int, last: int | None, later_segments: int) -> None:
+        offsets = f"offsets {seg.next_offset} to {last}" if last is not None and last >= seg.next_offset else \
+            f"offsets from {seg.next_offset}"
+        log.warning(
+            "recovery of %s-%d removed %d bytes, %s: %s (segment %s cut at byte %d%s)", self.topic, self.partition,
+            self.truncated_bytes, offsets, seg.recovery_cut_reason, seg.log_path.name, cut_at,
+            f", {later_segments} later segment(s) deleted" if later_segments else "",
+        )
 
     def _add_segment(self, seg: LogSegment) -> None:
         self._segments.append(seg)

@@ -42,7 +42,8 @@ from tidelog.storage.txn_index import TxnIndex
 
 DELETED_SUFFIX = ".deleted"
 _SHALLOW = struct.Struct(">qi")  # base offset, batch length
-_LAST_DELTA = struct.Struct(">i")
+_LAST_DELTA = struct.Struct(">i")  # lastOffsetDelta, bytes 23-26 of a batch header
+_LAST_DELTA_END = 27
 _RECOVERY_WINDOW = 32 * 1024 * 1024
 _IOV_MAX = 1024
 # Small batches' headers are read through a window of this many bytes: one pread serves every header
@@ -98,6 +99,8 @@ class LogSegment:
         self.deleted = False
         self._index_bytes = index_bytes
         self.index_error: str | None = None
+        self.recovery_cut_reason: str | None = None  # why recover() cut the file, when it did
+        self.recovery_cut_last_offset: int | None = None  # the highest offset the cut bytes claimed
         index_paths = (directory / f"{stem}.index", directory / f"{stem}.timeindex")
         if load and self.size > 0 and not all(p.exists() for p in index_paths):
             self.index_error = "index file missing"
@@ -353,7 +356,8 @@ class LogSegment:
     def recover(self, interval_bytes: int) -> tuple[list[tuple[BatchHeader, int]], bool]:
         """Validate every batch, rebuild the indexes, cut a torn or corrupt tail.
 
-        Returns the valid batches as (header, position) and whether anything was cut.
+        Returns the valid batches as (header, position) and whether anything was cut; when something
+        was, ``recovery_cut_reason`` says why (for the log's WARN line).
         """
         self.offset_index.reset()
         self.time_index.reset()
@@ -366,13 +370,17 @@ class LogSegment:
         batches: list[tuple[BatchHeader, int]] = []
         position, file_size = 0, self.size
         expected = self.base_offset
+        reason = "a torn batch at the end of the file"
         while position < file_size:
             window = min(_RECOVERY_WINDOW, file_size - position)
             result = scan_valid_prefix(os.pread(self.fd, window, position))
             good = self._accept(result.batches, position, expected, interval_bytes, batches)
             if good < len(result.batches):
                 position += result.batches[good][1]
+                reason = f"the batch at offset {result.batches[good][0].base_offset} is out of offset order"
                 break
+            if result.error is not None:
+                reason = str(result.error)
             if result.batches:
                 expected = result.batches[-1][0].next_offset
             position += result.valid_bytes
@@ -388,10 +396,32 @@ class LogSegment:
             expected = big[0].next_offset
             position += big[0].size
         truncated = position < file_size
+        self.recovery_cut_reason = reason if truncated else None
+        self.recovery_cut_last_offset = self.last_offset_from(position, expected) if truncated else None
         if truncated:
             os.ftruncate(self.fd, position)
             self.size = position
         return batches, truncated
+
+    def last_offset_from(self, position: int, at_least: int = 0) -> int | None:
+        """The highest last offset the batch headers from ``position`` on claim, walking by their length
+        fields without checking CRCs (for reporting what a recovery cut: the bytes may be damaged, so
+        headers with implausible fields stop the walk). None if no header there is plausible."""
+        found: int | None = None
+        file_size = os.fstat(self.fd).st_size
+        for _ in range(100_000):
+            head = os.pread(self.fd, _LAST_DELTA_END, position)
+            if len(head) < _LAST_DELTA_END:
+                break
+            base, length = _SHALLOW.unpack_from(head)
+            (delta,) = _LAST_DELTA.unpack_from(head, _LAST_DELTA_END - 4)
+            if base < at_least or not 0 <= delta < 2**31 - 1 or length < HEADER_SIZE - LOG_OVERHEAD:
+                break
+            found = max(found or 0, base + delta)
+            position += LOG_OVERHEAD + length
+            if position >= file_size:
+                break
+        return found
 
     def _single_large_batch(self, position: int, file_size: int) -> tuple[BatchHeader, int] | None:
         """A batch that did not fit in a recovery window: validate it alone."""

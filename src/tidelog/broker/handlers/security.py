@@ -6,6 +6,10 @@ wrong credentials) is answered after ``connection.failed.authentication.delay.ms
 is then closed: one connection, one attempt, as in Kafka. On success the connection takes the
 principal ``User:<name>`` and may send any request.
 
+Before the token that decides an exchange is checked, the broker-wide failed-authentication throttle
+(``security/auth_throttle.py``) may make it wait, or refuse it unchecked; failures are logged at WARN
+once a minute per user name (with how many were held back), and counted per listener and mechanism.
+
 Re-authentication (KIP-368): with ``connections.max.reauth.ms`` > 0 the session lasts that long
 (told in SaslAuthenticate v1+). An authenticated connection may then send SaslHandshake v1 and
 SaslAuthenticate again; the new authentication must name the same principal and mechanism. Once the
@@ -30,6 +34,7 @@ from tidelog.broker.authz import Op, acl_entry, authorize_cluster
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.errors import ErrorCode
+from tidelog.observability.logs import OncePerInterval
 from tidelog.protocol.headers import RequestHeader
 from tidelog.protocol.sasl import (
     MAX_ITERATIONS,
@@ -68,12 +73,30 @@ SCRAM_NUMBERS = {name: code for code, name in SCRAM_CODES.items()}
 # -- authentication --------------------------------------------------------------------------------
 
 
-async def _fail_slowly(ctx: BrokerContext, conn: ConnectionInfo, why: str) -> None:
+_failure_log = OncePerInterval(60.0)
+
+
+def _printable(user: str | None) -> str:
+    """A client-chosen user name, safe for a log line."""
+    return "(none)" if user is None else repr(user[:64])
+
+
+async def _fail_slowly(ctx: BrokerContext, conn: ConnectionInfo, why: str, user: str | None = None) -> None:
     """Delay the answer to a failed authentication, then have the server close the connection."""
-    log.info("authentication failed for %s (client %s) on %s: %s", conn.peer, conn.client_id, conn.listener.name, why)
     conn.close_after_response = True
     auth = conn.auth
-    ctx.metrics.authentication_failed(conn.listener.name, (auth.mechanism if auth is not None else None) or "none")
+    mechanism = (auth.mechanism if auth is not None else None) or "none"
+    ctx.metrics.authentication_failed(conn.listener.name, mechanism)
+    throttle = conn.sasl.throttle if conn.sasl is not None else None
+    if throttle is not None:
+        throttle.failed(user, conn.host, time.monotonic())
+    logged, held = _failure_log.should_log(f"user {user}")
+    if logged:
+        log.warning("authentication failed for user %s from %s (client %s) on %s with %s: %s%s", _printable(user),
+                    conn.peer, conn.client_id, conn.listener.name, mechanism, why,
+                    f"; {held} more failures for this user name since the last message" if held else "")
+    else:
+        log.debug("authentication failed for user %s from %s: %s", _printable(user), conn.peer, why)
     delay_ms = ctx.config.get_int("connection.failed.authentication.delay.ms")
     if delay_ms > 0:
         await asyncio.sleep(delay_ms / 1000)
@@ -112,9 +135,23 @@ def _authenticated(ctx: BrokerContext, conn: ConnectionInfo, auth: SaslAuthentic
     return lifetime
 
 
-async def _step(auth: SaslAuthenticator, token: bytes) -> Step:
+async def _step(ctx: BrokerContext, conn: ConnectionInfo, auth: SaslAuthenticator, token: bytes) -> Step:
+    """Check one token, after the wait the throttle asks for; raises SaslError."""
+    throttle = auth.settings.throttle
+    if throttle is not None and auth.decides_next:
+        wait = throttle.before_attempt(auth.claimed_user(token), conn.host, time.monotonic())
+        if wait is None:
+            ctx.metrics.authentication_throttled(conn.listener.name, "refused")
+            raise SaslAuthenticationFailed(
+                "Authentication failed: too many failed authentications from this address, try again later")
+        if wait > 0:
+            ctx.metrics.authentication_throttled(conn.listener.name, "delayed")
+            await asyncio.sleep(wait)
     # PLAIN may check a PBKDF2 hash from the users file: keep that off the event loop.
-    return await asyncio.get_running_loop().run_in_executor(None, auth.authenticate, token)
+    step = await asyncio.get_running_loop().run_in_executor(None, auth.authenticate, token)
+    if step.complete and throttle is not None and auth.principal is not None:
+        throttle.succeeded(auth.claimed_user(token) or "", conn.host)
+    return step
 
 
 async def sasl_handshake(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
@@ -147,10 +184,11 @@ async def sasl_authenticate(ctx: BrokerContext, conn: ConnectionInfo, header: Re
         await _fail_slowly(ctx, conn, "SaslAuthenticate before SaslHandshake v1")
         return answer(ErrorCode.ILLEGAL_SASL_STATE, "Unexpected SaslAuthenticate request: send SaslHandshake first")
     try:
-        step = await _step(auth, bytes(request.auth_bytes))
+        token = bytes(request.auth_bytes)
+        step = await _step(ctx, conn, auth, token)
         lifetime = _authenticated(ctx, conn, auth) if step.complete else 0
     except SaslError as exc:
-        await _fail_slowly(ctx, conn, str(exc))
+        await _fail_slowly(ctx, conn, str(exc), auth.claimed_user(token))
         return answer(ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc))
     return answer(ErrorCode.NONE, None, step.challenge, lifetime)
 
@@ -160,15 +198,15 @@ async def sasl_raw_token(ctx: BrokerContext, conn: ConnectionInfo, token: bytes)
     auth = conn.auth
     assert auth is not None
     try:
-        step = await _step(auth, token)
+        step = await _step(ctx, conn, auth, token)
     except SaslError as exc:
-        await _fail_slowly(ctx, conn, str(exc))
+        await _fail_slowly(ctx, conn, str(exc), auth.claimed_user(token))
         return None
     if step.complete:
         try:
             _authenticated(ctx, conn, auth)  # no lifetime to tell: a v0 client cannot re-authenticate
         except SaslError as exc:
-            await _fail_slowly(ctx, conn, str(exc))
+            await _fail_slowly(ctx, conn, str(exc), auth.claimed_user(token))
             return None
     return step.challenge
 
