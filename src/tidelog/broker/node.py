@@ -241,6 +241,7 @@ class BrokerNode:
             groups.on_image(store.image, store.image)
         self.controller = ControllerService(store, unclean_allowed)
         store.subscribe(self.controller.on_image)
+        store.on_controller_change(self.controller.on_controller_change)
         self.controller.start()
         await store.campaign()
         log.info("joined the cluster: %d broker(s) live, controller %d", len(store.image.brokers), store.image.controller_id)
