@@ -211,41 +211,46 @@ class Checker:
         figures.acknowledged = len(self.acks)
         figures.failed = len(self.failures) + sum(t.unflushed for t in self._threads)
         figures.errors = [f"{value!r}: {error}" for value, error in self.failures[:5]]
-        read = read_back(self.bootstrap, self.topic, self.partitions)
-        found: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
-        for partition, records in read.items():
-            offsets = [offset for offset, _ in records]
-            figures.offset_gaps += (offsets[-1] + 1 - len(offsets)) if offsets else 0
-            if offsets != sorted(set(offsets)):
-                figures.offset_gaps += 1
-            last_seq: dict[bytes, int] = {}
-            for offset, value in records:
-                found[value].append((partition, offset))
-                producer, _, seq = value.partition(b":")
-                if int(seq) <= last_seq.get(producer, -1):
-                    figures.reordered += 1
-                last_seq[producer] = int(seq)
-        figures.duplicated = sum(len(places) - 1 for places in found.values())
-        for value, ack in self.acks.items():
-            places = found.get(value)
-            if not places:
-                figures.lost += 1
-            elif (ack.partition, ack.offset) not in places:
-                figures.misplaced += 1
-        figures.write_gap_s = self._longest_write_gap()
+        compare(figures, self.acks, read_back(self.bootstrap, self.topic, self.partitions))
+        figures.write_gap_s = longest_write_gap(self.acks.values())
         if replica_dirs is not None:
             figures.diverged = diverged_partitions(self.topic, replica_dirs)
         return figures
 
-    def _longest_write_gap(self) -> float:
-        times: dict[int, list[float]] = defaultdict(list)
-        for ack in self.acks.values():
-            times[ack.partition].append(ack.at)
-        longest = 0.0
-        for moments in times.values():
-            moments.sort()
-            longest = max([longest, *(b - a for a, b in pairwise(moments))])
-        return longest
+def compare(figures: Figures, acks: dict[bytes, Ack], read: dict[int, list[tuple[int, bytes]]]) -> None:
+    """Count into ``figures`` what the read-back (partition → [(offset, value)]) says of the acks."""
+    found: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
+    for partition, records in read.items():
+        offsets = [offset for offset, _ in records]
+        figures.offset_gaps += (offsets[-1] + 1 - len(offsets)) if offsets else 0
+        if offsets != sorted(set(offsets)):
+            figures.offset_gaps += 1
+        last_seq: dict[bytes, int] = {}
+        for offset, value in records:
+            found[value].append((partition, offset))
+            producer, _, seq = value.partition(b":")
+            if int(seq) <= last_seq.get(producer, -1):
+                figures.reordered += 1
+            last_seq[producer] = int(seq)
+    figures.duplicated = sum(len(places) - 1 for places in found.values())
+    for value, ack in acks.items():
+        places = found.get(value)
+        if not places:
+            figures.lost += 1
+        elif (ack.partition, ack.offset) not in places:
+            figures.misplaced += 1
+
+
+def longest_write_gap(acks: Iterable[Ack]) -> float:
+    """The longest time between two acknowledgements on one partition."""
+    times: dict[int, list[float]] = defaultdict(list)
+    for ack in acks:
+        times[ack.partition].append(ack.at)
+    longest = 0.0
+    for moments in times.values():
+        moments.sort()
+        longest = max([longest, *(b - a for a, b in pairwise(moments))])
+    return longest
 
 
 def _leaders_seen_by(clients: dict[tuple[str, int], RawClient], address: tuple[str, int],
