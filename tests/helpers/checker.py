@@ -69,7 +69,8 @@ class Figures:
               "| longest write gap (s) | other |\n|---|---|---|---|---|---|---|---|")
 
     def row(self) -> str:
-        other = ", ".join(f"{key} {value:.2f}" for key, value in self.notes.items()) or "-"
+        other = ", ".join(f"{key} {value:.2f}" if "(s)" in key else f"{key} {value:g}"
+                          for key, value in self.notes.items()) or "-"
         return (f"| {self.scenario} | {self.acknowledged} | {self.lost} | {self.duplicated} | {self.failed} "
                 f"| {self.no_leader_s:.2f} | {self.write_gap_s:.2f} | {other} |")
 

@@ -17,6 +17,7 @@ comes at the end of the module.
 from __future__ import annotations
 
 import datetime
+import re
 import signal
 import threading
 import time
@@ -252,6 +253,35 @@ def test_a_leader_cut_off_from_etcd_stops_taking_writes_before_another_is_electe
                 "new leader after (s)": elected_at - cut}
 
     run_scenario(cluster, "leader cut off from etcd", fault)
+
+
+def test_a_leader_isolated_from_etcd_and_its_followers_loses_nothing_acknowledged(cluster: FaultCluster) -> None:
+    """Split brain: the old leader still takes writes from clients until it fences itself, but none can
+    be acknowledged (no follower fetches them); when it returns it must truncate them away."""
+
+    def fault(topic: str, checker: Checker) -> dict[str, float]:
+        leader = cluster.partition(topic, 0)[0]
+        others = [n for n in cluster.brokers if n != leader]
+        checker.mark_down(leader)
+        cluster.cut_from_etcd(leader)
+        for other in others:
+            cluster.cut_between(leader, other)
+        elected = wait_for(lambda: (cluster.stored_partition(topic, 0) or {}).get("leader") not in (-1, leader),
+                           "a new leader of partition 0")
+        checker.wait_for_acks(200, since=time.monotonic())
+        log_before = len(cluster.brokers[leader].log_text())
+        cluster.heal_etcd(leader)
+        for other in others:
+            cluster.heal_between(leader, other)
+        checker.mark_up(leader)
+        cluster.settle(topic, PARTITIONS)
+        truncations = re.findall(rf"truncating {re.escape(topic)}-\d+ from (\d+) to (\d+)",
+                                 cluster.brokers[leader].log_text()[log_before:])
+        truncated = sum(int(before) - int(after) for before, after in truncations)
+        return {"new leader after (s)": elected,
+                "records the old leader alone held, truncated": truncated}
+
+    run_scenario(cluster, "leader isolated from etcd and followers", fault)
 
 
 # -- etcd --------------------------------------------------------------------------------------------
