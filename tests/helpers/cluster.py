@@ -25,6 +25,7 @@ FAST_SESSION = {
     "replica.lag.time.max.ms": 4000,
     "replica.fetch.backoff.ms": 200,
     "group.initial.rebalance.delay.ms": 0,
+    "leader.imbalance.check.interval.seconds": 2,
 }
 
 

@@ -256,3 +256,52 @@ def test_a_consumer_group_keeps_its_offsets_when_its_coordinator_dies(cluster: C
     cluster.wait_for_brokers(set(cluster.brokers) - {coordinator}, timeout=20)
     rest = consume(150)
     assert sorted(first + rest) == sorted(values)  # nothing consumed twice, nothing skipped
+
+
+def test_a_topic_config_altered_through_one_broker_applies_on_the_leader_elsewhere(cluster: Cluster) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    cluster.create_topic("tuned", partitions=3, replication=1)
+    md = cluster.admin().list_topics("tuned", timeout=5).topics["tuned"]
+    by_leader = {p.leader: p.id for p in md.partitions.values()}
+    other = next(node for node in by_leader if node != 1)
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[1].bootstrap})  # altered through broker 1
+    resource = ConfigResource("topic", "tuned", incremental_configs=[
+        ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(10)
+    time.sleep(0.5)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": 1, "retries": 0})
+    errors: list[KafkaError | None] = []
+    producer.produce("tuned", value=b"x" * 5000, partition=by_leader[other], on_delivery=lambda e, _m: errors.append(e))
+    producer.flush(10)
+    assert errors and errors[0] is not None and errors[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+
+def test_delete_records_on_the_leader_moves_the_followers_log_start_too(cluster: Cluster) -> None:
+    from confluent_kafka import TopicPartition as TP
+
+    cluster.create_topic("trimmed", replication=3)
+    assert produce(cluster.bootstrap, "trimmed", [b"r%d" % i for i in range(100)]) == [None] * 100
+    admin = cluster.admin()
+    admin.delete_records([TP("trimmed", 0, 60)])[TP("trimmed", 0, 60)].result(10)
+    leader = cluster.partition("trimmed", 0)[0]
+    time.sleep(1.5)  # a follower fetch or two carries the leader's log start
+    cluster.brokers[leader].kill9()
+    cluster.wait_for_leader("trimmed", 0, not_=leader)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "x"})
+    low, high = consumer.get_watermark_offsets(TP("trimmed", 0), timeout=10)
+    consumer.close()
+    assert (low, high) == (60, 100)
+
+
+def test_leadership_returns_to_the_preferred_replica_after_it_comes_back(cluster: Cluster) -> None:
+    cluster.create_topic("preferred", replication=3)
+    preferred = cluster.partition("preferred", 0)[1][0]
+    cluster.brokers[preferred].stop()
+    cluster.wait_for_leader("preferred", 0, not_=preferred)
+    cluster.brokers[preferred].start()
+    cluster.wait_for_isr("preferred", 0, {1, 2, 3})
+    deadline = time.monotonic() + 20
+    while cluster.partition("preferred", 0)[0] != preferred and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert cluster.partition("preferred", 0)[0] == preferred

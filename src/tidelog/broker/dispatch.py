@@ -23,6 +23,7 @@ from tidelog.broker.handlers import (
     produce,
     topics,
     transactions,
+    txn_markers,
 )
 from tidelog.protocol import apis
 from tidelog.protocol.apis import ApiKey
@@ -71,6 +72,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.ADD_OFFSETS_TO_TXN: transactions.add_offsets_to_txn,
     ApiKey.END_TXN: transactions.end_txn,
     ApiKey.TXN_OFFSET_COMMIT: transactions.txn_offset_commit,
+    ApiKey.WRITE_TXN_MARKERS: txn_markers.write_txn_markers,
     ApiKey.DESCRIBE_TRANSACTIONS: transactions.describe_transactions,
     ApiKey.LIST_TRANSACTIONS: transactions.list_transactions,
 }

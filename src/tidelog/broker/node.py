@@ -34,10 +34,10 @@ from tidelog.broker.topic_admin import TopicAdmin
 from tidelog.broker.txn_runtime import TxnRuntime
 from tidelog.common.config import BrokerConfig, resolve_topic_config
 from tidelog.common.errors import ConfigError
-from tidelog.controller.service import ControllerService
+from tidelog.controller.service import ControllerService, RebalanceSettings
 from tidelog.metadata.errors import DuplicateBrokerError
 from tidelog.metadata.etcd_store import EtcdMetadataStore
-from tidelog.metadata.image import BrokerEndpoint, BrokerRegistration
+from tidelog.metadata.image import BrokerEndpoint, BrokerRegistration, ClusterImage
 from tidelog.metadata.local_store import LocalMetadataStore
 from tidelog.metadata.meta_properties import ensure_meta_properties
 from tidelog.observability.service import ObservabilityService
@@ -230,6 +230,7 @@ class BrokerNode:
             known = store.image.topics.get(topic)
             return known is not None and bool(topics.resolved_config(known).get("unclean.leader.election.enable"))
 
+        store.subscribe(self._apply_config_changes)
         replicas = ReplicaManager(self.node_id, self.config, store, ctx.logs, log_config, min_insync,
                                   ctx.purgatory.notify, ctx.now_ms)
         ctx.replicas = replicas
@@ -239,12 +240,34 @@ class BrokerNode:
         if groups is not None:  # the group coordinator follows leadership of __consumer_offsets
             store.subscribe(groups.on_image)
             groups.on_image(store.image, store.image)
-        self.controller = ControllerService(store, unclean_allowed)
+        txns = ctx.transactions
+        if txns is not None:  # so does the transaction coordinator, of __transaction_state
+            store.subscribe(txns.on_image)
+            txns.on_image(store.image, store.image)
+        self.controller = ControllerService(store, unclean_allowed, RebalanceSettings(
+            enabled=bool(self.config.get("auto.leader.rebalance.enable")),
+            interval_s=self.config.get_int("leader.imbalance.check.interval.seconds"),
+            imbalance_percentage=self.config.get_int("leader.imbalance.per.broker.percentage"),
+        ))
         store.subscribe(self.controller.on_image)
         store.on_controller_change(self.controller.on_controller_change)
         self.controller.start()
         await store.campaign()
         log.info("joined the cluster: %d broker(s) live, controller %d", len(store.image.brokers), store.image.controller_id)
+
+    def _apply_config_changes(self, old: ClusterImage, new: ClusterImage) -> None:
+        """Configs changed through another broker apply here too: dynamic broker configs, then the
+        topics whose overrides (or whose broker-level defaults) changed."""
+        ctx = self.ctx
+        if ctx is None:
+            return
+        broker_changed = old.broker_configs is not new.broker_configs and dict(old.broker_configs) != dict(new.broker_configs)
+        if broker_changed:
+            self.config.dynamic = dict(new.broker_configs)
+        for name, topic in new.topics.items():
+            before = old.topics.get(name)
+            if broker_changed or (before is not None and dict(before.configs) != dict(topic.configs)):
+                ctx.topics.apply_log_configs(topic)
 
     async def _leave_cluster(self) -> None:
         """Controlled shutdown: drop the registration so leadership moves away, and wait for it."""

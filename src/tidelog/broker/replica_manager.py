@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -35,6 +36,7 @@ from tidelog.replication.leader_state import IsrProposal, LeaderState
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.manager import LogManager
+from tidelog.storage.partition_metadata import encode_topic_id, read_topic_id, write_topic_id
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,7 @@ class ReplicaManager:
         self._tasks: set[asyncio.Task[None]] = set()
         self._lag_task: asyncio.Task[None] | None = None
         self._fenced = False
+        self._topic_ids: dict[TopicPartition, uuid.UUID] = {}  # partition.metadata already checked
 
     @staticmethod
     def _inter_broker_listener(config: BrokerConfig) -> str:
@@ -136,7 +139,7 @@ class ReplicaManager:
                 tp = (topic.name, partition.index)
                 held.add(tp)
                 try:
-                    plog = self.logs.get_log(*tp) or self.logs.create_log(topic.name, partition.index, self.log_config(topic.name))
+                    plog = self._log_of(tp, topic.topic_id)
                 except Exception:
                     log.exception("cannot open the log of %s-%d", *tp)
                     continue
@@ -155,7 +158,28 @@ class ReplicaManager:
                 reason = "its topic is gone" if known is None else "this broker is no longer a replica"
                 log.info("deleting the log of %s-%d: %s", topic_name, index, reason)
                 self.logs.delete_log(topic_name, index)
+                self._topic_ids.pop((topic_name, index), None)
                 self.wake_fetches((topic_name, index))
+
+    def _log_of(self, tp: TopicPartition, topic_id: uuid.UUID) -> PartitionLog:
+        """The partition's local log, created if missing. A log left by an older topic of the same name
+        (``partition.metadata`` names another id) is deleted first: its data is not this topic's."""
+        plog = self.logs.get_log(*tp)
+        if plog is not None and self._topic_ids.get(tp) == topic_id:
+            return plog
+        if plog is not None:
+            recorded = read_topic_id(plog.dir)
+            if recorded is not None and recorded != topic_id:
+                log.warning("deleting the log of %s-%d: it belongs to an older topic of that name (id %s, now %s)",
+                            *tp, encode_topic_id(recorded), encode_topic_id(topic_id))
+                self._release(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                self.logs.delete_log(*tp)
+                plog = None
+        if plog is None:
+            plog = self.logs.create_log(tp[0], tp[1], self.log_config(tp[0]))
+        write_topic_id(plog.dir, topic_id)
+        self._topic_ids[tp] = topic_id
+        return plog
 
     def _lead(self, tp: TopicPartition, partition: PartitionImage, plog: PartitionLog) -> None:
         current = self.leaders.get(tp)

@@ -58,6 +58,9 @@ def add_parser(sub: Any) -> None:
     consume.add_argument("-n", "--max-messages", type=int, metavar="N", help="exit after N records")
     consume.add_argument("-e", "--exit-at-end", action="store_true", help="exit when every partition is read to its end")
     consume.add_argument("--timeout-ms", type=int, metavar="MS", help="exit when no record arrives for this long")
+    consume.add_argument("--skip-message-on-error", action="store_true",
+                         help="skip a record that cannot be read (e.g. a batch inflating past "
+                              "receive.message.max.bytes) instead of stopping")
     fmt = consume.add_mutually_exclusive_group()
     fmt.add_argument("--format", choices=("raw", "json"), default="raw", help="raw: values, one per line (default); json: one object per record")
     fmt.add_argument("-f", "--format-string", metavar="FMT", help="kcat-style format: %%t %%p %%o %%k %%K %%s %%S %%T %%h %%%%, \\n \\t")
@@ -164,6 +167,21 @@ def _consume(args: argparse.Namespace) -> int:
     return 0
 
 
+# A record librdkafka cannot hand over: its batch does not decompress (or inflates past
+# receive.message.max.bytes, librdkafka's cap), or does not parse. librdkafka fetches it again and again,
+# so the consumer either stops, naming it, or seeks past it.
+UNREADABLE = frozenset({KafkaError._BAD_COMPRESSION, KafkaError._BAD_MSG})
+
+
+def _unreadable(consumer: Consumer, msg: Any, error: Any, skip: bool) -> None:
+    partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
+    where = f"partition {partition} offset {offset}: {error.name()}: {error.str()}"
+    if not skip:
+        raise CliError(f"{where} (--skip-message-on-error skips it, or start again with --offset {offset + 1})")
+    Output().note(f"warning: {where}; skipped")
+    consumer.seek(TopicPartition(msg.topic(), partition, offset + 1))
+
+
 def _loop(consumer: Consumer, args: argparse.Namespace, partitions: set[int],
           render: Callable[[ConsumedRecord], bytes], out: BinaryIO) -> int:
     count, at_end = 0, set[int]()
@@ -179,6 +197,10 @@ def _loop(consumer: Consumer, args: argparse.Namespace, partitions: set[int],
                     continue
                 if error.fatal():
                     raise CliError(f"{error.name()}: {error.str()}")
+                if error.code() in UNREADABLE:
+                    out.flush()
+                    _unreadable(consumer, msg, error, args.skip_message_on_error)
+                    continue
                 Output().note(f"warning: {error.name()}: {error.str()}")
                 continue
             at_end.discard(int(msg.partition() or 0))

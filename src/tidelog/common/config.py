@@ -262,7 +262,9 @@ _BROKER: list[Setting] = [
     Setting("replica.fetch.min.bytes", Type.INT, 1, "Bytes a follower's fetch waits for at the leader.", _B, False, at_least(1)),
     Setting("replica.fetch.backoff.ms", Type.INT, 1000, "Pause of a follower after a failed fetch.", _B, False, at_least(0)),
     Setting("inter.broker.listener.name", Type.STRING, None, "Listener brokers use to reach each other (default: the first of listeners; PLAINTEXT only for now).", _B),
-    Setting("auto.leader.rebalance.enable", Type.BOOLEAN, True, "Move leadership back to preferred replicas (accepted; preferred-leader balancing comes with the placement issue).", _B),
+    Setting("auto.leader.rebalance.enable", Type.BOOLEAN, True, "The controller hands leadership back to each partition's preferred replica (the first) when a broker's imbalance passes leader.imbalance.per.broker.percentage.", _B),
+    Setting("leader.imbalance.check.interval.seconds", Type.LONG, 300, "How often the controller checks the leader imbalance.", _B, False, at_least(1)),
+    Setting("leader.imbalance.per.broker.percentage", Type.INT, 10, "Share of a broker's preferred partitions led elsewhere before leadership moves back.", _B, False, at_least(0)),
     # Security (docs/security.md). "Per listener": also settable as listener.name.<listener>.<key>.
     Setting("ssl.keystore.type", Type.STRING, "PEM", "Format of ssl.keystore.location; tidelog reads PEM only. Per listener.", _B, False, one_of("PEM")),
     Setting("ssl.keystore.location", Type.STRING, None, "PEM file with the listener's certificate (chain) and private key. Per listener.", _B),

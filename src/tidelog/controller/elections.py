@@ -11,6 +11,11 @@ brokers and returns the partitions to rewrite, each as the state it should have:
   elected and nothing acknowledged is lost.
 - Leader alive, a dead follower in the ISR: it leaves the ISR at once (the partition epoch goes up,
   the leader epoch does not), so that acks=all writes do not wait ``replica.lag.time.max.ms`` for it.
+
+``preferred_leader_changes`` is Kafka's auto leader rebalance: a broker whose share of partitions led
+by someone other than their preferred replica (the first in the replica list) is above
+``leader.imbalance.per.broker.percentage`` gets those partitions back, one epoch up, wherever the
+preferred replica is alive and in the ISR (so it holds every committed record).
 """
 
 from __future__ import annotations
@@ -63,3 +68,27 @@ def partition_changes(
             new = elect(partition, live, allowed)
             if new is not None:
                 yield topic.name, partition, new
+
+
+def preferred_leader_changes(
+    image: ClusterImage, live: frozenset[int], imbalance_percentage: int,
+) -> list[tuple[str, PartitionImage, PartitionImage]]:
+    """Partitions to hand back to their preferred replica, for brokers over the imbalance threshold."""
+    preferred_count: dict[int, int] = {}
+    not_led: dict[int, list[tuple[str, PartitionImage]]] = {}
+    for topic in image.topics.values():
+        for partition in topic.partitions:
+            if not partition.replicas:
+                continue
+            preferred = partition.replicas[0]
+            preferred_count[preferred] = preferred_count.get(preferred, 0) + 1
+            if partition.leader != preferred:
+                not_led.setdefault(preferred, []).append((topic.name, partition))
+    changes = []
+    for broker, partitions in not_led.items():
+        if broker not in live or 100 * len(partitions) <= imbalance_percentage * preferred_count[broker]:
+            continue
+        for topic_name, partition in partitions:
+            if broker in partition.isr:
+                changes.append((topic_name, partition, _lead(partition, broker, partition.isr)))
+    return changes

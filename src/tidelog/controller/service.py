@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
-from tidelog.controller.elections import NO_LEADER, partition_changes
+from tidelog.controller.elections import NO_LEADER, partition_changes, preferred_leader_changes
 from tidelog.metadata.image import ClusterImage, PartitionImage
 
 log = logging.getLogger(__name__)
@@ -32,10 +33,23 @@ class ControllerStore(Protocol):
     async def alter_partition(self, topic: str, index: int, expected: PartitionImage, new: PartitionImage) -> bool: ...
 
 
+@dataclass(frozen=True, slots=True)
+class RebalanceSettings:
+    """Kafka's auto leader rebalance: ``auto.leader.rebalance.enable``,
+    ``leader.imbalance.check.interval.seconds``, ``leader.imbalance.per.broker.percentage``."""
+
+    enabled: bool = True
+    interval_s: float = 300.0
+    imbalance_percentage: int = 10
+
+
 class ControllerService:
-    def __init__(self, store: ControllerStore, unclean_allowed: Callable[[str], bool]) -> None:
+    def __init__(self, store: ControllerStore, unclean_allowed: Callable[[str], bool],
+                 rebalance: RebalanceSettings | None = None) -> None:
         self.store = store
         self.unclean_allowed = unclean_allowed
+        self.rebalance = rebalance or RebalanceSettings()
+        self._next_rebalance = 0.0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -75,6 +89,7 @@ class ControllerService:
                 continue
             try:
                 await self.run_pass()
+                await self._maybe_rebalance()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -92,6 +107,23 @@ class ControllerService:
                 changed += 1
                 _log_change(topic, current, new)
         return changed
+
+
+    async def _maybe_rebalance(self) -> int:
+        loop = asyncio.get_running_loop()
+        if not self.rebalance.enabled or loop.time() < self._next_rebalance:
+            return 0
+        self._next_rebalance = loop.time() + self.rebalance.interval_s
+        image = self.store.image
+        moved = 0
+        for topic, current, new in preferred_leader_changes(image, frozenset(image.brokers), self.rebalance.imbalance_percentage):
+            if not self.store.is_controller or self._stopping:
+                break
+            if await self.store.alter_partition(topic, current.index, current, new):
+                moved += 1
+                log.info("preferred leader election: broker %d leads %s-%d again at epoch %d", new.leader, topic,
+                         new.index, new.leader_epoch)
+        return moved
 
 
 def _log_change(topic: str, old: PartitionImage, new: PartitionImage) -> None:

@@ -205,6 +205,12 @@ class GroupCoordinator:
             if self.state.partition_of(group_id) == partition:
                 for topic, index in self.state.offsets.of_group(group_id):
                     self.state.offsets.remove(group_id, topic, index)
+        # Offsets held for open transactions are replayed from the log by whoever leads the partition next.
+        for producer_id, held in list(self.offset_manager.pending_txn.items()):
+            for key in [k for k in held if self.state.partition_of(k.group) == partition]:
+                del held[key]
+            if not held:
+                del self.offset_manager.pending_txn[producer_id]
         return dropped
 
     def shutdown(self) -> None:

@@ -26,6 +26,16 @@ The life of a transaction (Kafka's transitions)::
 - A transaction Ongoing for longer than its timeout is aborted the same way by :meth:`timed_out`.
 - An epoch that would pass ``MAX_EPOCH`` makes the id move to a new producer id at epoch 0.
 - An id idle (Empty or Complete*) for ``transactional.id.expiration.ms`` gets a tombstone.
+
+Which ids this coordinator serves (Kafka's ownership rule): an id belongs to partition
+``partition_for(id)`` of ``__transaction_state``, and the coordinator serves the partitions it
+*owns*: on a single node all of them, in a cluster those whose leader this broker is. Each owned
+partition is first *loading* (its records are being replayed: COORDINATOR_LOAD_IN_PROGRESS), then
+*active* with a **coordinator epoch**, the partition's leader epoch when it was loaded (the number
+Kafka writes in every COMMIT/ABORT marker, so that a partition leader can refuse markers from a
+coordinator that lost the partition). An id of a partition not owned answers NOT_COORDINATOR.
+:meth:`unload` forgets every id of a partition the broker no longer leads; the new leader rebuilds
+them by replaying the partition.
 """
 
 from __future__ import annotations
@@ -79,6 +89,48 @@ class TxnCoordinator:
         # lets that producer recover with InitProducerId naming it. Kafka keeps this in memory too.
         self.last_epoch: dict[str, int] = {}
         self.num_partitions = 0
+        self.loading: dict[int, int] = {}  # partition -> the coordinator epoch it will be served at
+        self.active: dict[int, int] = {}  # partition -> coordinator epoch
+
+    # ----------------------------------------------------------------------------- ownership
+
+    def begin_loading(self, partition: int, coordinator_epoch: int) -> None:
+        """``partition`` is now owned at ``coordinator_epoch``; its records are about to be replayed."""
+        self.unload(partition)
+        self.loading[partition] = coordinator_epoch
+
+    def complete_loading(self, partition: int) -> bool:
+        """The replay of ``partition`` is done; False if it was unloaded meanwhile."""
+        epoch = self.loading.pop(partition, None)
+        if epoch is None:
+            return False
+        self.active[partition] = epoch
+        return True
+
+    def unload(self, partition: int) -> int:
+        """Forget every id of ``partition`` (no longer owned); returns how many."""
+        self.loading.pop(partition, None)
+        self.active.pop(partition, None)
+        gone = [t for t in self.txns if self.partition_of(t) == partition]
+        for transactional_id in gone:
+            del self.txns[transactional_id]
+            self.last_epoch.pop(transactional_id, None)
+        return len(gone)
+
+    def status(self, transactional_id: str) -> ErrorCode:
+        """Whether requests for ``transactional_id`` can be served here now."""
+        if not self.num_partitions:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        partition = self.partition_of(transactional_id)
+        if partition in self.active:
+            return ErrorCode.NONE
+        if partition in self.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return ErrorCode.NOT_COORDINATOR
+
+    def coordinator_epoch(self, transactional_id: str) -> int | None:
+        """The epoch the id's partition is served at; None if it is not active here."""
+        return self.active.get(self.partition_of(transactional_id))
 
     # ---------------------------------------------------------------------------------- replay
 
@@ -201,9 +253,10 @@ class TxnCoordinator:
         state = TxnState.COMPLETE_COMMIT if current.state is TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
         return [TxnRecord(transactional_id, replace(current, state=state, partitions=frozenset(), last_update_ms=now_ms))]
 
-    def preparing(self) -> list[str]:
-        """Ids whose markers are still to be written (after a restart, say)."""
-        return [t for t, v in self.txns.items() if v.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)]
+    def preparing(self, partition: int | None = None) -> list[str]:
+        """Ids (of ``partition``, or all) whose markers are still to be written (after a load, say)."""
+        return [t for t, v in self.txns.items() if v.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+                and (partition is None or self.partition_of(t) == partition)]
 
     # ---------------------------------------------------------------------------- time-outs, expiry
 
@@ -212,8 +265,11 @@ class TxnCoordinator:
         return [
             self._abort(t, v, now_ms, TxnState.PREPARE_ABORT, ErrorCode.NONE)
             for t, v in list(self.txns.items())
-            if v.state is TxnState.ONGOING and v.start_ms + v.timeout_ms <= now_ms
+            if v.state is TxnState.ONGOING and v.start_ms + v.timeout_ms <= now_ms and self._served(t)
         ]
+
+    def _served(self, transactional_id: str) -> bool:
+        return self.partition_of(transactional_id) in self.active
 
     def _abort(self, transactional_id: str, current: TxnValue, now_ms: int, state: TxnState, error: ErrorCode) -> Decision:
         pid, epoch = current.producer_id, current.producer_epoch + 1
@@ -234,7 +290,8 @@ class TxnCoordinator:
     def expired_ids(self, now_ms: int) -> list[TxnRecord]:
         """Tombstones for ids idle for longer than ``transactional.id.expiration.ms``."""
         limit = now_ms - self.config.id_expiration_ms
-        return [TxnRecord(t) for t, v in self.txns.items() if v.state in IDLE and v.last_update_ms <= limit]
+        return [TxnRecord(t) for t, v in self.txns.items()
+                if v.state in IDLE and v.last_update_ms <= limit and self._served(t)]
 
     # ------------------------------------------------------------------------- produce, describe
 
@@ -261,6 +318,8 @@ class TxnCoordinator:
         wanted_states, wanted_pids = set(states), set(producer_ids)
         out = []
         for transactional_id, value in sorted(self.txns.items()):
+            if not self._served(transactional_id):
+                continue
             if wanted_states and value.state.display not in wanted_states:
                 continue
             if wanted_pids and value.producer_id not in wanted_pids:

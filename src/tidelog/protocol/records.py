@@ -62,7 +62,13 @@ from typing import NamedTuple
 import crc32c
 
 from tidelog.common.errors import ErrorCode, KafkaError
-from tidelog.protocol.compression import Compression, compress, decompress
+from tidelog.protocol.compression import (
+    DEFAULT_MAX_INFLATED,
+    Compression,
+    compress,
+    decompress,
+    inflated_size,
+)
 
 __all__ = [
     "HEADER_SIZE",
@@ -77,6 +83,7 @@ __all__ = [
     "build_control_batch",
     "concat_batches",
     "decode_records",
+    "inflated_records_size",
     "iter_batches",
     "parse_control_record",
     "recompress_batch",
@@ -376,17 +383,21 @@ def _read_bytes(buf: Buffer, pos: int, end: int) -> tuple[bytes | None, int]:
 # ------------------------------------------------------------------------------------------- records
 
 
-def _records_section(batch: Buffer, header: BatchHeader) -> Buffer:
+def _records_section(batch: Buffer, header: BatchHeader, max_inflated: int) -> Buffer:
     view = batch if isinstance(batch, memoryview) else memoryview(batch)
     body = view[HEADER_SIZE : header.batch_length + LOG_OVERHEAD]
     codec = header.compression
-    return body if codec == Compression.NONE else decompress(codec, body)
+    return body if codec == Compression.NONE else decompress(codec, body, max_inflated)
 
 
-def decode_records(batch: Buffer) -> list[Record]:
-    """Decode every record of one batch (``batch`` starts at its header), decompressing as needed."""
+def decode_records(batch: Buffer, *, max_inflated: int = DEFAULT_MAX_INFLATED) -> list[Record]:
+    """Decode every record of one batch (``batch`` starts at its header), decompressing as needed.
+
+    A compressed records section that inflates past ``max_inflated`` bytes raises
+    ``InflatedTooLarge`` (MESSAGE_TOO_LARGE) without being held whole.
+    """
     header = BatchHeader.parse(batch)
-    return _decode_section(_records_section(batch, header), header)
+    return _decode_section(_records_section(batch, header, max_inflated), header)
 
 
 def _decode_section(body: Buffer, header: BatchHeader) -> list[Record]:
@@ -426,12 +437,22 @@ def _decode_section(body: Buffer, header: BatchHeader) -> list[Record]:
     return records
 
 
-def batch_has_null_key(batch: Buffer) -> bool:
-    """True when any record of the batch has a null key (compacted topics refuse those)."""
+def inflated_records_size(batch: Buffer, *, max_inflated: int = DEFAULT_MAX_INFLATED) -> int:
+    """Bytes of the batch's records section once decompressed, counted without holding them;
+    ``InflatedTooLarge`` past ``max_inflated``, CORRUPT_MESSAGE when it does not decompress."""
+    header = BatchHeader.parse(batch)
+    view = batch if isinstance(batch, memoryview) else memoryview(batch)
+    return inflated_size(header.compression, view[HEADER_SIZE : header.size], max_inflated)
+
+
+def batch_has_null_key(batch: Buffer, *, max_inflated: int = DEFAULT_MAX_INFLATED) -> bool:
+    """True when any record of the batch has a null key (compacted topics refuse those).
+
+    Decompresses under the ``max_inflated`` cap, as :func:`decode_records` does."""
     header = BatchHeader.parse(batch)
     if header.is_control:
         return False
-    body = _records_section(batch, header)
+    body = _records_section(batch, header, max_inflated)
     pos = 0
     for _ in range(header.records_count):
         length, pos = _read_varint(body, pos)
@@ -536,16 +557,19 @@ def _pack_batch(header: BatchHeader, payload: bytes) -> bytes:
     return struct.pack(">qiibI", header.base_offset, length, header.partition_leader_epoch, MAGIC, crc) + after_crc
 
 
-def recompress_batch(batch: Buffer, codec: Compression, level: int | None = None) -> bytes:
+def recompress_batch(
+    batch: Buffer, codec: Compression, level: int | None = None, *, max_inflated: int = DEFAULT_MAX_INFLATED
+) -> bytes:
     """``batch`` with its records section compressed by ``codec`` instead (a topic's compression.type).
 
     Every other field and every record byte stays as it was: only the section's codec, the attributes'
     codec bits, the length and the CRC change. The records are checked first, as Kafka's LogValidator
     checks a compressed producer batch: they must parse, and their offset deltas must run 0, 1, 2...
-    (INVALID_RECORD otherwise); data that does not decompress is CORRUPT_MESSAGE.
+    (INVALID_RECORD otherwise); data that does not decompress is CORRUPT_MESSAGE, a section inflating
+    past ``max_inflated`` bytes ``InflatedTooLarge`` (MESSAGE_TOO_LARGE).
     """
     header = BatchHeader.parse(batch)
-    plain = _records_section(batch, header)
+    plain = _records_section(batch, header, max_inflated)
     records = _decode_section(plain, header)
     base = header.base_offset
     for expected, record in enumerate(records):

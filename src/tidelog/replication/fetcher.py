@@ -271,3 +271,7 @@ class FollowerFetcher:
                 self.on_appended(tp)
         high_watermark = int(p.high_watermark)  # type: ignore[attr-defined]
         plog.update_high_watermark(min(high_watermark, plog.log_end_offset))
+        leader_start = int(p.log_start_offset)  # type: ignore[attr-defined]
+        if plog.log_start_offset < leader_start <= plog.high_watermark:
+            # DeleteRecords and retention on the leader move its log start: followers follow (Kafka's rule).
+            plog.delete_records_before(leader_start)

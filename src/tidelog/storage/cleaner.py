@@ -56,6 +56,11 @@ leaves either the old segments or the cleaned ones, never both and never neither
 Readers see a consistent log throughout: the cleaned segment holds the same offsets (minus removed
 records), a reader holding an old segment keeps reading its fd, and the swap happens under the log lock.
 
+Decompression is capped at the topic's ``max.message.bytes`` (as on append). A batch that inflates past it
+(stored as the producer sent it under ``compression.type=producer``, or before the cap was lowered) is
+neither inflated whole nor lost: its keys stay out of the offset map and the batch is copied as it is,
+with a warning naming the partition and offset. Keeping it can only keep older records too, never drop one.
+
 Thread-safety: a :class:`LogCleaner` runs in one background thread; it reads only non-active segments
 (immutable apart from deletion) through ``os.pread`` and changes the log only through
 ``replace_segments``.
@@ -71,6 +76,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tidelog.common.errors import KafkaError
+from tidelog.protocol.compression import DEFAULT_MAX_INFLATED, InflatedTooLarge
 from tidelog.protocol.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -220,6 +226,7 @@ def build_offset_map(
     *,
     max_keys: int,
     aborted: Iterable[AbortedTxn] = (),
+    max_inflated: int = DEFAULT_MAX_INFLATED,
 ) -> OffsetMap:
     """Map every key of records in ``[start, stop)`` to its newest offset (see the module docstring).
 
@@ -235,7 +242,11 @@ def build_offset_map(
         if result.offsets and len(result.offsets) + header.records_count > max_keys:
             result.end = max(header.base_offset, start)
             break
-        for record in decode_records(view):
+        try:
+            records = decode_records(view, max_inflated=max_inflated)
+        except InflatedTooLarge:
+            continue  # kept as it is by the rewrite (see the module docstring)
+        for record in records:
             if record.key is not None and start <= record.offset < stop:
                 result.offsets[record.key] = record.offset
     return result
@@ -264,6 +275,7 @@ class _CleanState:
     delete_retention_ms: int
     aborted: _Aborted
     producer_last_offset: Mapping[int, int]
+    max_inflated: int = DEFAULT_MAX_INFLATED
     txn_has_data: dict[int, bool] = field(default_factory=dict)
     kept_markers: set[int] = field(default_factory=set)
     stats: CleanStats = field(default_factory=CleanStats)
@@ -286,7 +298,13 @@ def _clean_control(header: BatchHeader, view: memoryview, state: _CleanState) ->
 
 
 def _clean_data(header: BatchHeader, view: memoryview, state: _CleanState) -> bytes | memoryview | None:
-    records = decode_records(view)
+    try:
+        records = decode_records(view, max_inflated=state.max_inflated)
+    except InflatedTooLarge as exc:
+        log.warning("cleaner keeps the batch at offset %d as it is: %s", header.base_offset, exc.message)
+        if header.is_transactional:
+            state.txn_has_data[header.producer_id] = True
+        return view
     state.stats.records_read += len(records)
     if state.aborted.covers(header):
         kept: list[Record] = []
@@ -611,6 +629,7 @@ class LogCleaner:
             stop,
             max_keys=self.max_map_keys,
             aborted=aborted,
+            max_inflated=config.max_message_bytes,
         )
         to_clean = [s for s in segments if s.base_offset < offset_map.end]
         state = _CleanState(
@@ -619,6 +638,7 @@ class LogCleaner:
             delete_retention_ms=config.delete_retention_ms,
             aborted=_Aborted(aborted),
             producer_last_offset=_producer_last_offsets(to_clean),
+            max_inflated=config.max_message_bytes,
         )
         complete = all(
             self._clean_group(partition_log, group, state)

@@ -50,13 +50,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tidelog.common.errors import ErrorCode, KafkaError, StorageError
-from tidelog.protocol.compression import Compression
+from tidelog.protocol.compression import Compression, InflatedTooLarge
 from tidelog.protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,
     ControlType,
     batch_has_null_key,
     decode_records,
+    inflated_records_size,
     iter_batches,
     parse_control_record,
     recompress_batch,
@@ -89,6 +90,16 @@ class AppendInfo(NamedTuple):
     max_timestamp: int
     max_timestamp_offset: int
     needs_flush: bool
+
+
+class PreparedAppend(NamedTuple):
+    """Batches validated (and recompressed) by :meth:`PartitionLog.prepare_append` under ``config``."""
+
+    buf: memoryview
+    headers: list[tuple[BatchHeader, int]]
+    config: LogConfig
+    from_client: bool
+    original: Buffer  # the records as received, prepared again if the topic's config changes meanwhile
 
 
 @dataclass
@@ -394,30 +405,54 @@ class PartitionLog:
 
     # -- appending ------------------------------------------------------------------------------
 
-    def append_as_leader(
-        self, records: Buffer, *, leader_epoch: int, now_ms: int, from_client: bool = True
-    ) -> AppendInfo:
-        """Validate, assign offsets and write ``records`` (one or more v2 batches) as the leader.
+    def inflates(self, records: Buffer) -> bool:
+        """Would appending ``records`` decompress a batch? Every compressed data batch is: its inflated
+        size is checked against max.message.bytes, and it is recompressed or its keys checked where
+        the topic asks. Reads batch headers only: callers use it to move the append off their event
+        loop (:meth:`prepare_append`)."""
+        try:
+            return any(h.attributes & 0x07 and not h.is_control for h, _ in iter_batches(records, validate=False))
+        except KafkaError:
+            return False
 
-        ``from_client=False`` is for the broker's own writes (transaction markers, coordinators):
-        control batches are accepted and sequence checks skipped. Raises KafkaError with
-        CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_TIMESTAMP,
-        OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH or KAFKA_STORAGE_ERROR; nothing is written
-        then.
-        """
+    def prepare_append(self, records: Buffer, *, now_ms: int, from_client: bool = True) -> PreparedAppend:
+        """Validate ``records`` and recompress them to the topic's codec: the lock-free, CPU-bound half
+        of an append, safe on any thread. Decompression is capped at max.message.bytes (Kafka's
+        rule: a batch's records, once decompressed, must fit it), MESSAGE_TOO_LARGE past it."""
+        config = self.config
         # Zero copy unless LogAppendTime must rewrite the batches: the new base offset and leader
         # epoch go into a 16-byte copy of each batch's start, written with the rest by one pwritev.
-        buf = memoryview(bytearray(records) if self.config.log_append_time else records)
-        if len(buf) > self.config.segment_bytes:
+        buf = memoryview(bytearray(records) if config.log_append_time else records)
+        if len(buf) > config.segment_bytes:
             raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
-                             f"{len(buf)} bytes exceed segment.bytes {self.config.segment_bytes}")
+                             f"{len(buf)} bytes exceed segment.bytes {config.segment_bytes}")
         headers = list(iter_batches(buf, validate=True, from_producer=from_client))
         if not headers:
             raise KafkaError(ErrorCode.INVALID_RECORD, "no record batch in the request")
         for header, position in headers:
-            self._validate_batch(buf, header, position, now_ms, from_client)
-        if self.config.target_compression is not None:
-            buf, headers = self._recompressed(buf, headers, self.config.target_compression)
+            self._validate_batch(config, buf, header, position, now_ms, from_client)
+        if config.target_compression is not None:
+            buf, headers = self._recompressed(config, buf, headers, config.target_compression)
+        return PreparedAppend(buf, headers, config, from_client, records)
+
+    def append_as_leader(
+        self, records: Buffer | PreparedAppend, *, leader_epoch: int, now_ms: int, from_client: bool = True
+    ) -> AppendInfo:
+        """Validate, assign offsets and write ``records`` (one or more v2 batches) as the leader.
+
+        ``records`` may come from :meth:`prepare_append` (run on a worker thread); it is prepared
+        again if the topic's config changed since. ``from_client=False`` is for the broker's own
+        writes (transaction markers, coordinators): control batches are accepted and sequence checks
+        skipped. Raises KafkaError with CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE,
+        RECORD_LIST_TOO_LARGE, INVALID_TIMESTAMP, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH or
+        KAFKA_STORAGE_ERROR; nothing is written then.
+        """
+        if isinstance(records, PreparedAppend):
+            if records.config is not self.config or records.from_client != from_client:
+                records = self.prepare_append(records.original, now_ms=now_ms, from_client=from_client)
+        else:
+            records = self.prepare_append(records, now_ms=now_ms, from_client=from_client)
+        buf, headers = records.buf, records.headers
         with self._lock:
             self._check_online()
             pending: dict[int, tuple[int, int]] = {}
@@ -435,8 +470,9 @@ class PartitionLog:
                     self.producers.check_marker_epoch(header.producer_id, header.producer_epoch)
             return self._assign_and_write(buf, headers, leader_epoch, now_ms)
 
+    @staticmethod
     def _recompressed(
-        self, buf: memoryview, headers: list[tuple[BatchHeader, int]], codec: Compression
+        config: LogConfig, buf: memoryview, headers: list[tuple[BatchHeader, int]], codec: Compression
     ) -> tuple[memoryview, list[tuple[BatchHeader, int]]]:
         """The batches with ``codec`` where the topic's compression.type names one (Kafka's LogValidator).
 
@@ -446,37 +482,46 @@ class PartitionLog:
         """
         if all(h.is_control or h.compression is codec for h, _ in headers):
             return buf, headers
-        level = self.config.compression_level
+        level = config.compression_level
+        cap = config.max_message_bytes
         parts: list[Buffer] = []
         for header, position in headers:
             batch = buf[position : position + header.size]
             parts.append(batch if header.is_control or header.compression is codec
-                         else recompress_batch(batch, codec, level))
+                         else recompress_batch(batch, codec, level, max_inflated=cap))
         rebuilt = memoryview(bytearray(b"".join(parts)))
-        if len(rebuilt) > self.config.segment_bytes:
+        if len(rebuilt) > config.segment_bytes:
             raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
                              f"{len(rebuilt)} bytes once compressed by {codec.name} exceed segment.bytes "
-                             f"{self.config.segment_bytes}")
+                             f"{config.segment_bytes}")
         new_headers = list(iter_batches(rebuilt, validate=False))
         for header, _ in new_headers:
-            if header.size > self.config.max_message_bytes:
+            if header.size > cap:
                 raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
                                  f"batch of {header.size} bytes once compressed by {codec.name} exceeds "
-                                 f"max.message.bytes {self.config.max_message_bytes}")
+                                 f"max.message.bytes {cap}")
         return rebuilt, new_headers
 
-    def _validate_batch(self, buf: memoryview, header: BatchHeader, position: int, now_ms: int,
+    @staticmethod
+    def _validate_batch(config: LogConfig, buf: memoryview, header: BatchHeader, position: int, now_ms: int,
                         from_client: bool) -> None:
-        if header.size > self.config.max_message_bytes:
+        if header.size > config.max_message_bytes:
             raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
-                             f"batch of {header.size} bytes exceeds max.message.bytes {self.config.max_message_bytes}")
+                             f"batch of {header.size} bytes exceeds max.message.bytes {config.max_message_bytes}")
         if header.is_control and from_client:
             raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
-        if self.config.compact and batch_has_null_key(buf[position : position + header.size]):
-            raise KafkaError(ErrorCode.INVALID_RECORD, "compacted topic refuses records without a key")
-        if not self.config.log_append_time and from_client:
-            lowest = now_ms - self.config.message_timestamp_before_max_ms
-            highest = now_ms + self.config.message_timestamp_after_max_ms
+        batch = buf[position : position + header.size]
+        cap = config.max_message_bytes
+        if config.compact:
+            if batch_has_null_key(batch, max_inflated=cap):
+                raise KafkaError(ErrorCode.INVALID_RECORD, "compacted topic refuses records without a key")
+        elif header.attributes & 0x07 and config.target_compression in (None, header.compression):
+            # Kept as sent (compression.type=producer or the same codec): Kafka inflates it to check its
+            # records; here its inflated size is counted, never held, so no reader meets a bomb later.
+            inflated_records_size(batch, max_inflated=cap)
+        if not config.log_append_time and from_client:
+            lowest = now_ms - config.message_timestamp_before_max_ms
+            highest = now_ms + config.message_timestamp_after_max_ms
             if header.base_timestamp < lowest or header.max_timestamp > highest:
                 raise KafkaError(ErrorCode.INVALID_TIMESTAMP,
                                  f"timestamps {header.base_timestamp}..{header.max_timestamp} outside "
@@ -725,9 +770,9 @@ class PartitionLog:
                 for position, header in seg.batches_from(start):
                     if header.max_timestamp < timestamp:
                         continue
-                    for record in decode_records(seg.read_at(position, header.size)):
-                        if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
-                            return record.offset, record.timestamp, header.partition_leader_epoch
+                    for offset, ts in self._timestamps(seg, position, header):
+                        if ts >= timestamp and offset >= self.log_start_offset:
+                            return offset, ts, header.partition_leader_epoch
             return None
 
     def max_timestamp_offset(self) -> tuple[int, int, int] | None:
@@ -744,9 +789,9 @@ class PartitionLog:
             for position, header in seg.batches_from(start):
                 if header.max_timestamp != target:
                     continue
-                for record in decode_records(seg.read_at(position, header.size)):
-                    if best is None or record.timestamp > best[1]:
-                        best = (record.offset, record.timestamp, header.partition_leader_epoch)
+                for offset, ts in self._timestamps(seg, position, header):
+                    if best is None or ts > best[1]:
+                        best = (offset, ts, header.partition_leader_epoch)
             return best
 
     def begin_leader_epoch(self, epoch: int) -> None:
@@ -757,6 +802,19 @@ class PartitionLog:
         with self._lock:
             self.epoch_cache.assign(epoch, self.log_end_offset)
             self.epoch_cache.flush()
+
+    def _timestamps(self, seg: LogSegment, position: int, header: BatchHeader) -> list[tuple[int, int]]:
+        """(offset, timestamp) of each record of a batch, decompressed under max.message.bytes.
+
+        A batch stored as the producer sent it (``compression.type=producer``) may inflate past that
+        cap; it then answers for itself with its first offset and its max timestamp, rather than being
+        inflated whole to find the exact record.
+        """
+        try:
+            records = decode_records(seg.read_at(position, header.size), max_inflated=self.config.max_message_bytes)
+        except InflatedTooLarge:
+            return [(header.base_offset, header.max_timestamp)]
+        return [(r.offset, r.timestamp) for r in records]
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) as OffsetForLeaderEpoch answers; (-1, -1) when unknown."""

@@ -156,3 +156,22 @@ def test_memory_log_reads_respect_batch_boundaries() -> None:
         h.commit("solo", {("t", i): i})
     data, next_offset = log.read(0, 2, 1)
     assert next_offset == 3 and data  # at least one whole batch even when it exceeds max_bytes
+
+
+def test_an_unloaded_partition_forgets_its_groups_and_a_new_leader_rebuilds_them_from_the_log() -> None:
+    h = Harness()
+    joined = h.stable_group("moving", 2)
+    h.commit("moving", {("t", 0): 42}, generation=joined[0].generation_id, member_id=joined[0].member_id)
+    partition = h.coord.partition_of("moving")
+    parked = h.join("moving", joined[0].member_id)  # a rebalance: this JoinGroup waits for the other member
+    assert parked not in h.answers
+    assert h.coord.unload(partition) >= 1
+    h.pump()
+    assert h.answers[parked].error is ErrorCode.NOT_COORDINATOR
+    assert h.coord.status("moving") is ErrorCode.NOT_COORDINATOR
+    assert "moving" not in h.coord.groups and not h.coord.state.offsets.has_offsets("moving")
+    h.coord.begin_loading([partition], h.partitions)  # leadership comes back: replay the partition
+    assert h.log is not None
+    load_partition(h.log, h.coord, partition, 1 << 20)
+    h.coord.complete_loading(partition, h.now)
+    assert h.committed("moving", "t", 0) == 42

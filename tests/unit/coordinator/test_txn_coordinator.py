@@ -11,6 +11,7 @@ import itertools
 import pytest
 
 from tidelog.common.errors import ErrorCode
+from tidelog.coordinator.records import partition_for
 from tidelog.coordinator.txn_coordinator import MAX_EPOCH, OFFSETS_TOPIC, Decision, TxnConfig, TxnCoordinator
 from tidelog.coordinator.txn_records import TxnRecord, TxnState, TxnValue
 
@@ -21,6 +22,9 @@ class Harness:
     def __init__(self, config: TxnConfig | None = None) -> None:
         self.core = TxnCoordinator(config)
         self.core.num_partitions = 3
+        for partition in range(3):  # a single node: every partition owned, at coordinator epoch 0
+            self.core.begin_loading(partition, 0)
+            self.core.complete_loading(partition)
         self.ids = itertools.count(1000)
         self.log: list[TxnRecord] = []
         self.now = 1_000
@@ -220,3 +224,39 @@ def test_list_filters_by_state_producer_and_duration() -> None:
     assert [t.transactional_id for t in h.core.list([], [], 1_000, h.now)] == ["a"]
     assert h.core.list([], [], 2_000, h.now) == []
     assert h.core.describe("nope").error is ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+
+def test_ids_are_served_only_from_owned_partitions_and_unloading_forgets_them() -> None:
+    core = TxnCoordinator()
+    core.num_partitions = 3
+    ids = {partition_for(t, 3): t for t in ("t0", "t1", "t2", "t3", "t4", "t5")}
+    served, other = ids[0], ids[1]
+    core.begin_loading(0, 7)
+    assert core.status(served) is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert core.status(other) is ErrorCode.NOT_COORDINATOR
+    core.replay(TxnRecord(served, TxnValue(1, 0, TIMEOUT, TxnState.ONGOING, frozenset({("a", 0)}), 0, 0)))
+    assert core.complete_loading(0)
+    assert core.status(served) is ErrorCode.NONE and core.coordinator_epoch(served) == 7
+    assert [d.transactional_id for d in core.list([], [], -1, 1)] == [served]
+    assert core.unload(0) == 1
+    assert served not in core.txns and core.status(served) is ErrorCode.NOT_COORDINATOR
+    assert core.coordinator_epoch(served) is None
+
+
+def test_a_load_overtaken_by_an_unload_does_not_activate_the_partition() -> None:
+    core = TxnCoordinator()
+    core.num_partitions = 3
+    core.begin_loading(2, 1)
+    core.unload(2)
+    assert not core.complete_loading(2)
+    assert 2 not in core.active
+
+
+def test_the_sweeper_leaves_transactions_of_partitions_still_loading_alone() -> None:
+    core = TxnCoordinator()
+    core.num_partitions = 1
+    core.begin_loading(0, 0)
+    core.replay(TxnRecord("late", TxnValue(1, 0, 10, TxnState.ONGOING, frozenset({("a", 0)}), 0, 0)))
+    assert core.timed_out(1_000) == []
+    core.complete_loading(0)
+    assert [d.records[0].transactional_id for d in core.timed_out(1_000)] == ["late"]

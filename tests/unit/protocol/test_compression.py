@@ -6,6 +6,7 @@ import gzip
 import os
 import random
 import struct
+import tracemalloc
 import warnings
 
 import cramjam
@@ -19,7 +20,14 @@ with warnings.catch_warnings():  # kafka-python 3 imports importlib.resources' d
     import kafka.codec as kcodec
 
 from tidelog.common.errors import ErrorCode, KafkaError
-from tidelog.protocol.compression import XERIAL_MAGIC, Compression, compress, decompress
+from tidelog.protocol.compression import (
+    XERIAL_MAGIC,
+    Compression,
+    InflatedTooLarge,
+    compress,
+    decompress,
+    inflated_size,
+)
 
 PAYLOADS = [
     b"",
@@ -146,3 +154,74 @@ def test_gzip_level_minus_one_is_zlibs_default_and_none_is_kafkas_default() -> N
     assert compress(Compression.GZIP, _TEXT, -1) == compress(Compression.GZIP, _TEXT, 6)
     assert compress(Compression.LZ4, _TEXT) == compress(Compression.LZ4, _TEXT, 9)
     assert compress(Compression.ZSTD, _TEXT) == compress(Compression.ZSTD, _TEXT, 3)
+
+
+# -------------------------------------------------------------------------- decompression bombs
+
+BOMB_SIZE = 64 << 20  # 64 MiB of zeros: a few kilobytes to a megabyte once compressed
+CAP = 1 << 20
+
+
+@pytest.mark.parametrize("kind", ["gzip", "snappy", "lz4", "zstd", "zstd-lying", "zstd-sized"])
+def test_a_section_inflating_past_the_cap_is_refused_without_inflating_it_whole(kind: str) -> None:
+    from helpers.bombs import SECTIONS
+
+    section, codec = SECTIONS[kind](BOMB_SIZE)
+    tracemalloc.start()
+    try:
+        with pytest.raises(KafkaError) as err:
+            decompress(Compression(codec), section, CAP)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # A lying zstd frame (declares 1000 bytes) is refused as corrupt by the decoder itself.
+    assert err.value.code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.CORRUPT_MESSAGE)
+    if kind != "zstd-lying":
+        assert isinstance(err.value, InflatedTooLarge)
+    assert peak < 4 * CAP, f"{peak} bytes allocated to refuse a {BOMB_SIZE}-byte bomb under a {CAP}-byte cap"
+
+
+def test_a_raw_snappy_block_declaring_more_than_the_cap_is_refused_before_inflating() -> None:
+    from helpers.bombs import snappy_raw_lying_section
+
+    with pytest.raises(InflatedTooLarge):
+        decompress(Compression.SNAPPY, snappy_raw_lying_section(1 << 31), CAP)
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD])
+def test_a_section_inflating_to_exactly_the_cap_is_accepted(codec: Compression) -> None:
+    data = os.urandom(1000) * (CAP // 1000) + b"x" * (CAP % 1000)
+    assert decompress(codec, compress(codec, data), CAP) == data
+    with pytest.raises(InflatedTooLarge):
+        decompress(codec, compress(codec, data + b"y"), CAP)
+
+
+def test_a_zstd_frame_without_content_size_and_concatenated_frames_decode_under_the_cap() -> None:
+    data = b"hello kafka " * 50_000
+    unsized = zstandard.ZstdCompressor(write_content_size=False).compress(data)
+    assert decompress(Compression.ZSTD, unsized + unsized, 4 * len(data)) == data + data
+    with pytest.raises(InflatedTooLarge):
+        decompress(Compression.ZSTD, unsized + unsized, len(data) + 1)
+
+
+def test_concatenated_gzip_members_count_together_against_the_cap() -> None:
+    member = gzip.compress(b"a" * 600_000)
+    assert decompress(Compression.GZIP, member + member, 1_200_000) == b"a" * 1_200_000
+    with pytest.raises(InflatedTooLarge):
+        decompress(Compression.GZIP, member + member, 1_199_999)
+
+
+@pytest.mark.parametrize("kind", ["gzip", "snappy", "lz4", "zstd"])
+def test_the_inflated_size_is_counted_without_holding_the_output(kind: str) -> None:
+    from helpers.bombs import SECTIONS
+
+    section, codec = SECTIONS[kind](BOMB_SIZE)
+    tracemalloc.start()
+    try:
+        size = inflated_size(Compression(codec), section, 2 * BOMB_SIZE)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    expected = BOMB_SIZE - BOMB_SIZE % 32768 if kind == "snappy" else BOMB_SIZE
+    assert size == expected
+    assert peak < 4 * CAP

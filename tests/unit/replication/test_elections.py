@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from tidelog.controller.elections import NO_LEADER, elect
-from tidelog.metadata.image import PartitionImage
+import uuid
+from types import MappingProxyType
+
+from tidelog.controller.elections import NO_LEADER, elect, preferred_leader_changes
+from tidelog.metadata.image import ClusterImage, PartitionImage, TopicImage
 
 
 def part(leader: int, isr: tuple[int, ...], replicas: tuple[int, ...] = (1, 2, 3), epoch: int = 4) -> PartitionImage:
@@ -42,3 +45,23 @@ def test_a_returning_isr_member_is_elected_for_an_offline_partition() -> None:
 def test_unclean_election_takes_a_live_out_of_sync_replica() -> None:
     new = elect(part(1, (1,)), frozenset({3}), unclean_allowed=True)
     assert new is not None and (new.leader, new.isr) == (3, (3,))
+
+
+def _image(partitions: list[PartitionImage]) -> ClusterImage:
+    return ClusterImage("c").with_topic(TopicImage("t", uuid.uuid4(), tuple(partitions), MappingProxyType({})))
+
+
+def test_leadership_goes_back_to_the_preferred_replica_past_the_imbalance_threshold() -> None:
+    parts = [PartitionImage(i, 2, 4, (1, 2, 3), (1, 2, 3)) for i in range(3)]
+    parts.append(PartitionImage(3, 2, 4, (2, 1, 3), (2, 1, 3)))
+    changes = preferred_leader_changes(_image(parts), frozenset({1, 2, 3}), 10)
+    assert [(c[0], c[1].index, c[2].leader, c[2].leader_epoch) for c in changes] == [("t", i, 1, 5) for i in range(3)]
+
+
+def test_no_preferred_election_for_a_dead_or_out_of_sync_preferred_replica_or_below_the_threshold() -> None:
+    lagging = [PartitionImage(0, 2, 4, (1, 2), (2,))]
+    assert preferred_leader_changes(_image(lagging), frozenset({1, 2}), 10) == []
+    dead = [PartitionImage(0, 2, 4, (1, 2), (1, 2))]
+    assert preferred_leader_changes(_image(dead), frozenset({2}), 10) == []
+    mostly_balanced = [PartitionImage(i, 1, 4, (1, 2), (1, 2)) for i in range(19)] + [PartitionImage(19, 2, 4, (1, 2), (1, 2))]
+    assert preferred_leader_changes(_image(mostly_balanced), frozenset({1, 2}), 10) == []

@@ -44,7 +44,7 @@ def test_the_controller_loop_stops_when_woken_in_the_same_turn() -> None:
 
 
 class CountingStore(IdleStore):
-    """Counts the controller's passes (each reads the image once)."""
+    """Counts the image reads: each controller pass makes at least one."""
 
     def __init__(self) -> None:
         self.passes = 0
@@ -65,7 +65,7 @@ def test_a_broker_that_becomes_controller_runs_a_pass_at_once() -> None:
         store.is_controller = True
         service.on_controller_change(True)
         await asyncio.sleep(0.1)  # the periodic pass would come only after 1 s
-        assert store.passes == 1
+        assert store.passes > 0
         await stops_within(service.stop(), 2)
 
     asyncio.run(scenario())

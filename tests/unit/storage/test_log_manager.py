@@ -121,3 +121,27 @@ def test_built_from_broker_config() -> None:
     manager = LogManager.from_broker_config([Path("/nonexistent")], config)
     assert manager.retention_check_interval_ms == 1234 and manager.recovery_threads_per_dir == 3
     assert manager.producer_id_expiration_ms == 86_400_000
+
+
+def test_a_replicated_logs_high_watermark_is_checkpointed_and_recovered(tmp_path: Path) -> None:
+    manager = LogManager([tmp_path], hw_follows_leo=False)
+    manager.startup()
+    log = manager.create_log("r", 0, LogConfig())
+    log.append_as_leader(make_batch(5), leader_epoch=0, now_ms=NOW)
+    assert log.high_watermark == 0  # nothing is committed until the replicas say so
+    assert log.update_high_watermark(3) == 3
+    manager.shutdown()
+    assert OffsetCheckpointFile(tmp_path / "replication-offset-checkpoint").read() == {("r", 0): 3}
+    again = LogManager([tmp_path], hw_follows_leo=False)
+    again.startup()
+    reopened = again.get_log("r", 0)
+    assert reopened is not None and (reopened.log_end_offset, reopened.high_watermark) == (5, 3)
+    again.shutdown()
+
+
+def test_a_single_node_writes_no_high_watermark_checkpoint(tmp_path: Path) -> None:
+    manager = LogManager([tmp_path])
+    manager.startup()
+    manager.create_log("s", 0, LogConfig()).append_as_leader(make_batch(2), leader_epoch=0, now_ms=NOW)
+    manager.shutdown()
+    assert not (tmp_path / "replication-offset-checkpoint").exists()

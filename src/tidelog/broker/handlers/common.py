@@ -8,10 +8,14 @@ from tidelog.storage.log import PartitionLog
 
 
 def partition_log(ctx: BrokerContext, topic: str, partition: int) -> PartitionLog:
-    """The local log of ``topic``/``partition``; raises KafkaError with the code Kafka would answer."""
+    """The local log of ``topic``/``partition``; raises KafkaError with the code Kafka would answer.
+
+    In a cluster only the partition's leader serves it: NOT_LEADER_OR_FOLLOWER elsewhere."""
     image = ctx.image.topics.get(topic)
     if image is None or not 0 <= partition < len(image.partitions):
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if ctx.replicas is not None:
+        ctx.replicas.leader_state((topic, partition))
     log: PartitionLog | None = ctx.logs.get_log(topic, partition)
     if log is None:
         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)

@@ -105,9 +105,7 @@ def _read_partition(
     try:
         if topic.startswith("\x00"):
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)
-        plog = partition_log(ctx, topic, partition)
-        if ctx.replicas is not None:
-            ctx.replicas.leader_state(tp)  # NOT_LEADER_OR_FOLLOWER unless led here
+        plog = partition_log(ctx, topic, partition)  # in a cluster: NOT_LEADER_OR_FOLLOWER unless led here
         check_leader_epoch(ctx, topic, partition, leader_epoch)
         if replica:
             limit: int | None = None  # followers copy up to the log end

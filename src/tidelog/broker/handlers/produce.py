@@ -31,14 +31,14 @@ from tidelog.broker.authz import (
     authorize_any_of,
 )
 from tidelog.broker.context import BrokerContext, ConnectionInfo
-from tidelog.broker.handlers import transactions
+from tidelog.broker.handlers import inflation, transactions
 from tidelog.broker.handlers.common import partition_log
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.protocol.encoders.produce import ProducePartitionResult, ProduceResult
 from tidelog.protocol.headers import RequestHeader
 from tidelog.protocol.records import HEADER_SIZE, BatchHeader
-from tidelog.storage.log import PartitionLog
+from tidelog.storage.log import PartitionLog, PreparedAppend
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ RECORD_LEVEL = frozenset({ErrorCode.INVALID_TIMESTAMP, ErrorCode.INVALID_RECORD}
 def _append_one(
     ctx: BrokerContext, conn: ConnectionInfo, topic: str, pdata: Any, acks: int, denied: ErrorCode | None,
     to_flush: list[PartitionLog], woken: list[bool], replicated: list[tuple[int, int]],
+    prepared: PreparedAppend | KafkaError | None = None,
 ) -> ProducePartitionResult:
     """Append one partition's batches; every failure becomes that partition's error code alone.
 
@@ -89,7 +90,9 @@ def _append_one(
             min_insync = ctx.topics.resolved_config(ctx.image.topics[topic]).get("min.insync.replicas")
             state = replicas.check_writable((topic, pdata.index), acks, int(min_insync) if isinstance(min_insync, int) else 1)
             leader_epoch = state.leader_epoch
-        info = plog.append_as_leader(pdata.records, leader_epoch=leader_epoch, now_ms=ctx.now_ms())
+        if isinstance(prepared, KafkaError):
+            raise prepared
+        info = plog.append_as_leader(prepared or records, leader_epoch=leader_epoch, now_ms=ctx.now_ms())
         if replicas is not None:
             replicas.appended((topic, pdata.index), plog)
             if acks == -1:
@@ -167,7 +170,10 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
             refused = denied
             if transactional_id is not None and refused is None:
                 refused = _unverified_txn(ctx, transactional_id, name or "", pdata)
-            partitions.append(_append_one(ctx, conn, name or "", pdata, acks, refused, to_flush, woken, replicated))
+            # Batches that must be inflated are validated on a worker thread first (inflation.py).
+            prepared = (await inflation.prepare(ctx, name, pdata)
+                        if refused is None and name and acks in VALID_ACKS else None)
+            partitions.append(_append_one(ctx, conn, name or "", pdata, acks, refused, to_flush, woken, replicated, prepared))
         topics.append((name or "", getattr(topic_data, "topic_id", None), partitions))
         if replicated:
             waits.append((name or "", partitions, replicated))

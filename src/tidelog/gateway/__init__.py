@@ -1,0 +1,18 @@
+"""The HTTP gateway (L4): exactly-once writes per source over HTTP, to any Kafka cluster.
+
+A process of its own (``tidelog gateway``) that reaches the cluster only through the Kafka protocol
+(confluent-kafka), so it fronts tidelog and Apache Kafka alike. Modules, from pure to shell:
+
+- ``seqno``: the exactly-once rule (which chunks to write, to which partition), pure;
+- ``state_codec``: the state topic's keys and values, shards, transactional ids;
+- ``model``: write requests parsed and checked before anything is written;
+- ``config``: ``gateway.*`` settings;
+- ``shard``: one shard's transactional producer and state, on its own thread;
+- ``membership``: shard ownership through a consumer group over the state topic;
+- ``router``: a shard's owner URL, from the group's description;
+- ``budget``: back-pressure, a bounded budget of bytes in flight;
+- ``topics``: partition counts, the state topic;
+- ``service``: the core on the event loop; ``api``: the routes; ``app``: assembly and run.
+
+Design and API: docs/gateway.md.
+"""

@@ -1,0 +1,55 @@
+"""Assemble and run one gateway instance: the core (``service``), its routes (``api``), the shared
+web stack (``tidelog.web``), until a stop event is set.
+
+Start-up order: the state topic is created or checked (a mismatch stops the process with a message),
+the instance joins the ownership group, then the HTTP listener opens; ``/readyz`` answers 200 once
+the instance is in the group and every shard it was given has been fenced and loaded. Shutdown: the
+listener stops taking requests and drains, the instance leaves the group (its writers finish their
+transaction in progress), and the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+
+import httpx
+
+from tidelog.gateway.api import GatewayApi
+from tidelog.gateway.config import GatewayConfig
+from tidelog.gateway.service import Gateway
+from tidelog.observability.registry import Registry
+from tidelog.web.app import create_app
+from tidelog.web.auth import load_tokens
+from tidelog.web.server import serve
+
+log = logging.getLogger(__name__)
+
+
+def peer_client(config: GatewayConfig) -> httpx.AsyncClient:
+    """The client used to forward to other instances: trusts ``gateway.ssl.cafile`` and presents this
+    instance's own certificate (so forwarding works when the instances require client certificates)."""
+    verify: ssl.SSLContext | bool = True
+    if config.ssl_cafile is not None:
+        context = ssl.create_default_context(cafile=str(config.ssl_cafile))
+        if config.ssl_certfile is not None and config.ssl_keyfile is not None:
+            context.load_cert_chain(str(config.ssl_certfile), str(config.ssl_keyfile))
+        verify = context
+    return httpx.AsyncClient(verify=verify, limits=httpx.Limits(max_connections=64))
+
+
+async def run(config: GatewayConfig, stop: asyncio.Event) -> None:
+    registry = Registry()
+    tokens = load_tokens(config.auth_tokens_file) if config.auth_tokens_file is not None else None
+    gateway = Gateway(config, registry)
+    async with peer_client(config) as http:
+        api = GatewayApi(gateway, http)
+        app = create_app(api.routes(), registry=registry, readiness=[("shards", gateway.readiness)], tokens=tokens)
+        await gateway.start()
+        log.info("gateway %s: group %s, state topic %s (%d shards), cluster %s", config.url, config.group_id,
+                 config.state_topic, config.state_partitions, config.bootstrap_servers)
+        try:
+            await serve(app, config.listener(), stop)
+        finally:
+            await gateway.stop()

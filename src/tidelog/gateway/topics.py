@@ -1,0 +1,72 @@
+"""Topic facts the gateway needs: partition counts of data topics, and the state topic itself.
+
+``TopicCache.partition_count`` answers from a cache refreshed every ``ttl_s`` (a topic that grows is
+seen within that time; a source keeps its partition anyway, see ``seqno``). A topic the cluster
+does not know raises ``UnknownTopic`` and is asked again on the next request.
+
+``ensure_state_topic`` creates the compacted state topic with ``gateway.state.partitions``
+partitions, or checks an existing one: a different partition count would move sources between
+shards and is refused at start-up with a message saying what to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tidelog.gateway.config import GatewayConfig
+
+
+class UnknownTopic(Exception):
+    """The cluster has no such topic."""
+
+
+class StateTopicMismatch(RuntimeError):
+    """The state topic exists with another partition count than configured."""
+
+
+class TopicCache:
+    def __init__(self, admin: AdminClient, ttl_s: float = 10.0) -> None:
+        self.admin = admin
+        self.ttl_s = ttl_s
+        self._counts: dict[str, tuple[int, float]] = {}
+
+    def _fetch(self, topic: str) -> int:
+        metadata = self.admin.list_topics(topic, timeout=5)
+        found = metadata.topics.get(topic)
+        if found is None or (found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            raise UnknownTopic(topic)
+        if found.error is not None:
+            raise KafkaException(found.error)
+        if not found.partitions:
+            raise UnknownTopic(topic)
+        return len(found.partitions)
+
+    async def partition_count(self, topic: str) -> int:
+        cached = self._counts.get(topic)
+        if cached is not None and time.monotonic() - cached[1] < self.ttl_s:
+            return cached[0]
+        count = await asyncio.to_thread(self._fetch, topic)
+        self._counts[topic] = (count, time.monotonic())
+        return count
+
+
+def ensure_state_topic(admin: AdminClient, config: GatewayConfig) -> None:
+    topic = config.state_topic
+    new = NewTopic(topic, num_partitions=config.state_partitions,
+                   replication_factor=config.state_replication_factor,
+                   config={"cleanup.policy": "compact", "min.compaction.lag.ms": "0"})
+    try:
+        admin.create_topics([new], operation_timeout=10, request_timeout=15)[topic].result()
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+    found = admin.list_topics(topic, timeout=10).topics.get(topic)
+    count = len(found.partitions) if found is not None else 0
+    if count != config.state_partitions:
+        raise StateTopicMismatch(
+            f"state topic {topic} has {count} partitions but gateway.state.partitions={config.state_partitions}; "
+            "set gateway.state.partitions to the topic's count (shards are state partitions and cannot be resized)")

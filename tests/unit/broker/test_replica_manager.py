@@ -1,0 +1,123 @@
+"""The replica manager against an in-memory store (the seam it shares with the etcd store)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from types import MappingProxyType
+
+from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.common.config import BrokerConfig
+from tidelog.common.errors import ErrorCode, KafkaError
+from tidelog.metadata.image import ClusterImage, PartitionImage, TopicImage
+from tidelog.protocol.records import Record, build_batch
+from tidelog.storage.log_config import LogConfig
+from tidelog.storage.manager import LogManager
+from tidelog.storage.partition_metadata import read_topic_id
+
+
+class MemoryStore:
+    def __init__(self, image: ClusterImage) -> None:
+        self.image = image
+        self.valid = True
+        self.written: list[tuple[str, int, PartitionImage]] = []
+
+    def lease_valid(self) -> bool:
+        return self.valid
+
+    async def alter_partition(self, topic: str, index: int, expected: PartitionImage, new: PartitionImage) -> bool:
+        current = self.image.topics[topic].partitions[index]
+        if current != expected:
+            return False
+        self.image = self.image.with_partition(topic, new)
+        self.written.append((topic, index, new))
+        return True
+
+
+def image_with(name: str, topic_id: uuid.UUID, leader: int, isr: tuple[int, ...] = (1, 2)) -> ClusterImage:
+    partition = PartitionImage(0, leader, 3, (1, 2), isr, partition_epoch=5)
+    topic = TopicImage(name, topic_id, (partition,), MappingProxyType({}))
+    return ClusterImage("c").with_topic(topic)
+
+
+def manager(tmp_path: Path, store: MemoryStore) -> tuple[ReplicaManager, LogManager]:
+    logs = LogManager([tmp_path], hw_follows_leo=False)
+    logs.startup()
+    config = BrokerConfig.from_properties({"replica.lag.time.max.ms": "1000"})
+    rm = ReplicaManager(1, config, store, logs, lambda _t: LogConfig(), lambda _t: 2, lambda _tp: None, lambda: 0)
+    return rm, logs
+
+
+def batch(n: int) -> bytes:
+    return build_batch([Record(offset=i, timestamp=0, key=None, value=b"v") for i in range(n)])
+
+
+def test_a_log_of_an_older_topic_with_the_same_name_is_not_served(tmp_path: Path) -> None:
+    async def run() -> None:
+        old_id, new_id = uuid.uuid4(), uuid.uuid4()
+        store = MemoryStore(image_with("t", old_id, leader=1, isr=(1,)))
+        rm, logs = manager(tmp_path, store)
+        rm.apply(store.image)
+        plog = logs.get_log("t", 0)
+        assert plog is not None and read_topic_id(plog.dir) == old_id
+        plog.append_as_leader(batch(7), leader_epoch=3, now_ms=0)
+        store.image = image_with("t", new_id, leader=1, isr=(1,))
+        rm.apply(store.image)
+        fresh = logs.get_log("t", 0)
+        assert fresh is not None and fresh.log_end_offset == 0 and read_topic_id(fresh.dir) == new_id
+        await rm.stop()
+        logs.shutdown()
+
+    asyncio.run(run())
+
+
+def test_the_leader_refuses_acks_all_below_min_insync_and_writes_while_its_lease_is_doubtful(tmp_path: Path) -> None:
+    async def run() -> None:
+        store = MemoryStore(image_with("t", uuid.uuid4(), leader=1, isr=(1,)))
+        rm, logs = manager(tmp_path, store)
+        rm.apply(store.image)
+        try:
+            rm.check_writable(("t", 0), -1, 2)
+            raise AssertionError("acks=all accepted with an ISR of 1 and min.insync.replicas 2")
+        except KafkaError as exc:
+            assert exc.code is ErrorCode.NOT_ENOUGH_REPLICAS
+        rm.check_writable(("t", 0), 1, 2)  # acks=1 is fine
+        store.valid = False
+        try:
+            rm.check_writable(("t", 0), 1, 2)
+            raise AssertionError("a leader with a doubtful lease accepted a write")
+        except KafkaError as exc:
+            assert exc.code is ErrorCode.NOT_LEADER_OR_FOLLOWER
+        await rm.stop()
+        logs.shutdown()
+
+    asyncio.run(run())
+
+
+def test_acks_all_completes_when_the_follower_fetches_past_the_batch(tmp_path: Path) -> None:
+    async def run() -> None:
+        store = MemoryStore(image_with("t", uuid.uuid4(), leader=1, isr=(1, 2)))
+        rm, logs = manager(tmp_path, store)
+        rm.apply(store.image)
+        plog = logs.get_log("t", 0)
+        assert plog is not None
+        rm.check_writable(("t", 0), -1, 2)
+        plog.append_as_leader(batch(4), leader_epoch=3, now_ms=0)
+        rm.appended(("t", 0), plog)
+        waiting = asyncio.ensure_future(rm.wait_for_high_watermark(("t", 0), 4, 5000))
+        await asyncio.sleep(0)
+        rm.follower_fetched(("t", 0), 2, 2, 3)
+        await asyncio.sleep(0)
+        assert not waiting.done() and plog.high_watermark == 2
+        rm.follower_fetched(("t", 0), 2, 4, 3)
+        assert await waiting is ErrorCode.NONE and plog.high_watermark == 4
+        try:
+            rm.follower_fetched(("t", 0), 9, 4, 3)
+            raise AssertionError("a stranger's fetch was accepted")
+        except KafkaError as exc:
+            assert exc.code is ErrorCode.NOT_LEADER_OR_FOLLOWER
+        await rm.stop()
+        logs.shutdown()
+
+    asyncio.run(run())
