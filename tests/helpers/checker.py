@@ -6,9 +6,10 @@ While a scenario breaks the cluster, ``Checker`` runs:
   message.timeout.ms long enough to ride out any failover), writing records ``b"<producer>:<seq>"`` at
   a steady rate, record ``seq`` to partition ``seq % partitions``. Every delivery report is kept:
   acknowledged (with its partition, offset and the moment it arrived) or failed (with the error).
-- A metadata poller (every 100 ms, an AdminClient): a partition is *without a live leader* while
-  Metadata names no leader or names a broker the scenario has taken down (``mark_down``). The longest
-  such stretch of any partition is ``no_leader_s``.
+- A metadata poller (every 100 ms, Metadata v9 to every broker, the answer with the highest leader
+  epoch per partition winning): a partition is *without a live leader* while that answer names no
+  leader or names a broker the scenario has taken down (``mark_down``). The longest such stretch of
+  any partition is ``no_leader_s``.
 
 ``stop`` ends production (each producer flushes what it has queued). After the scenario has brought
 the cluster back (every replica in sync), ``verify`` reads every partition from offset 0 to its high
@@ -38,7 +39,10 @@ from itertools import pairwise
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import TopicName
+
+from helpers.raw_client import RawClient
 
 POLL_INTERVAL_S = 0.1
 QUIET = {"log_level": 2}  # librdkafka's per-connection complaints while brokers die are expected here
@@ -65,7 +69,8 @@ class Figures:
               "| longest write gap (s) | other |\n|---|---|---|---|---|---|---|---|")
 
     def row(self) -> str:
-        other = ", ".join(f"{key} {value:.2f}" for key, value in self.notes.items()) or "-"
+        other = ", ".join(f"{key} {value:.2f}" if "(s)" in key else f"{key} {value:g}"
+                          for key, value in self.notes.items()) or "-"
         return (f"| {self.scenario} | {self.acknowledged} | {self.lost} | {self.duplicated} | {self.failed} "
                 f"| {self.no_leader_s:.2f} | {self.write_gap_s:.2f} | {other} |")
 
@@ -174,20 +179,25 @@ class Checker:
             self.failures.append((value, error))
 
     def _poll_metadata(self) -> None:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, **QUIET})
+        addresses = [(host, int(port)) for host, _, port in (a.rpartition(":") for a in self.bootstrap.split(","))]
+        clients: dict[tuple[str, int], RawClient] = {}
         while not self._stop.is_set():
-            try:
-                md = admin.list_topics(self.topic, timeout=1).topics[self.topic]
-            except Exception:  # no broker answered in time: no sample
-                time.sleep(POLL_INTERVAL_S)
-                continue
+            views = [view for address in addresses if (view := _leaders_seen_by(clients, address, self.topic))]
             now = time.monotonic()
-            for index, partition in md.partitions.items():
-                if partition.leader < 0 or partition.leader in self._down:
+            for index in range(self.partitions):
+                # The freshest view wins (highest leader epoch), as clients do (KIP-320): a broker cut
+                # off from etcd keeps answering with the image it had.
+                seen = [view[index] for view in views if index in view]
+                if not seen:
+                    continue
+                _epoch, leader = max(seen)
+                if leader < 0 or leader in self._down:
                     self._no_leader_since.setdefault(index, now)
                 elif index in self._no_leader_since:
                     self.no_leader_s = max(self.no_leader_s, now - self._no_leader_since.pop(index))
             time.sleep(POLL_INTERVAL_S)
+        for client in clients.values():
+            client.close()
         now = time.monotonic()
         for since in self._no_leader_since.values():
             self.no_leader_s = max(self.no_leader_s, now - since)
@@ -202,41 +212,64 @@ class Checker:
         figures.acknowledged = len(self.acks)
         figures.failed = len(self.failures) + sum(t.unflushed for t in self._threads)
         figures.errors = [f"{value!r}: {error}" for value, error in self.failures[:5]]
-        read = read_back(self.bootstrap, self.topic, self.partitions)
-        found: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
-        for partition, records in read.items():
-            offsets = [offset for offset, _ in records]
-            figures.offset_gaps += (offsets[-1] + 1 - len(offsets)) if offsets else 0
-            if offsets != sorted(set(offsets)):
-                figures.offset_gaps += 1
-            last_seq: dict[bytes, int] = {}
-            for offset, value in records:
-                found[value].append((partition, offset))
-                producer, _, seq = value.partition(b":")
-                if int(seq) <= last_seq.get(producer, -1):
-                    figures.reordered += 1
-                last_seq[producer] = int(seq)
-        figures.duplicated = sum(len(places) - 1 for places in found.values())
-        for value, ack in self.acks.items():
-            places = found.get(value)
-            if not places:
-                figures.lost += 1
-            elif (ack.partition, ack.offset) not in places:
-                figures.misplaced += 1
-        figures.write_gap_s = self._longest_write_gap()
+        compare(figures, self.acks, read_back(self.bootstrap, self.topic, self.partitions))
+        figures.write_gap_s = longest_write_gap(self.acks.values())
         if replica_dirs is not None:
             figures.diverged = diverged_partitions(self.topic, replica_dirs)
         return figures
 
-    def _longest_write_gap(self) -> float:
-        times: dict[int, list[float]] = defaultdict(list)
-        for ack in self.acks.values():
-            times[ack.partition].append(ack.at)
-        longest = 0.0
-        for moments in times.values():
-            moments.sort()
-            longest = max([longest, *(b - a for a, b in pairwise(moments))])
-        return longest
+def compare(figures: Figures, acks: dict[bytes, Ack], read: dict[int, list[tuple[int, bytes]]]) -> None:
+    """Count into ``figures`` what the read-back (partition → [(offset, value)]) says of the acks."""
+    found: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
+    for partition, records in read.items():
+        offsets = [offset for offset, _ in records]
+        figures.offset_gaps += (offsets[-1] + 1 - len(offsets)) if offsets else 0
+        if offsets != sorted(set(offsets)):
+            figures.offset_gaps += 1
+        last_seq: dict[bytes, int] = {}
+        for offset, value in records:
+            found[value].append((partition, offset))
+            producer, _, seq = value.partition(b":")
+            if int(seq) <= last_seq.get(producer, -1):
+                figures.reordered += 1
+            last_seq[producer] = int(seq)
+    figures.duplicated = sum(len(places) - 1 for places in found.values())
+    for value, ack in acks.items():
+        places = found.get(value)
+        if not places:
+            figures.lost += 1
+        elif (ack.partition, ack.offset) not in places:
+            figures.misplaced += 1
+
+
+def longest_write_gap(acks: Iterable[Ack]) -> float:
+    """The longest time between two acknowledgements on one partition."""
+    times: dict[int, list[float]] = defaultdict(list)
+    for ack in acks:
+        times[ack.partition].append(ack.at)
+    longest = 0.0
+    for moments in times.values():
+        moments.sort()
+        longest = max([longest, *(b - a for a, b in pairwise(moments))])
+    return longest
+
+
+def _leaders_seen_by(clients: dict[tuple[str, int], RawClient], address: tuple[str, int],
+                    topic: str) -> dict[int, tuple[int, int]]:
+    """partition → (leader epoch, leader) as one broker's Metadata says; empty when it does not answer."""
+    try:
+        client = clients.get(address) or clients.setdefault(address, RawClient(*address, timeout=1.0))
+        response = client.call(MetadataRequest(
+            topics=(MetadataRequestTopic(name=TopicName(topic)),), allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False, include_topic_authorized_operations=False,
+        ))
+    except Exception:  # down, refusing, or too slow: no view from it this round
+        stale = clients.pop(address, None)
+        if stale is not None:
+            stale.close()
+        return {}
+    return {int(p.partition_index): (int(p.leader_epoch), int(p.leader_id))
+            for t in response.topics if t.error_code == 0 for p in t.partitions}
 
 
 def read_back(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> dict[int, list[tuple[int, bytes]]]:

@@ -16,8 +16,11 @@ leader and its full replica set in the ISR: the state every fault scenario must 
 
 from __future__ import annotations
 
+import base64
+import json
 import signal
 import time
+import urllib.request
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -100,6 +103,22 @@ class FaultCluster(Cluster):
 
     def controller(self) -> int:
         return int(self.admin().list_topics(timeout=5).controller_id)
+
+    def stored_partition(self, topic: str, index: int) -> dict[str, object] | None:
+        """The partition's state as etcd holds it now (the controller's decision itself, before any
+        broker applies it), read through etcd's JSON gateway of a running member."""
+        key = base64.b64encode(f"/tidelog/partitions/{topic}/{index}".encode()).decode()
+        for member in self.etcd_members.members:
+            if not member.is_running():
+                continue
+            request = urllib.request.Request(f"{member.client_url}/v3/kv/range", json.dumps({"key": key}).encode())
+            try:
+                with urllib.request.urlopen(request, timeout=1.0) as response:
+                    kvs = json.loads(response.read()).get("kvs", [])
+            except OSError:
+                continue
+            return json.loads(base64.b64decode(kvs[0]["value"])) if kvs else None
+        return None
 
     def settle(self, topic: str, partitions: int, timeout: float = 60.0) -> None:
         """Every broker up and registered, every partition led with its whole replica set in sync."""

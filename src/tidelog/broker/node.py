@@ -257,6 +257,7 @@ class BrokerNode:
             imbalance_percentage=self.config.get_int("leader.imbalance.per.broker.percentage"),
         ))
         store.subscribe(self.controller.on_image)
+        store.on_controller_change(self.controller.on_controller_change)
         self.controller.start()
         await store.campaign()
         log.info("joined the cluster: %d broker(s) live, controller %d", len(store.image.brokers), store.image.controller_id)

@@ -72,6 +72,12 @@ class ControllerService:
         if old.brokers.keys() != new.brokers.keys() or old.topics is not new.topics or old.controller_id != new.controller_id:
             self._wake.set()
 
+    def on_controller_change(self, is_controller: bool) -> None:
+        # The image that showed the old controller's broker gone may have arrived before this broker
+        # won the key: without a pass now, its partitions would wait for the next periodic one.
+        if is_controller:
+            self._wake.set()
+
     async def _run(self) -> None:
         while not self._stopping:
             try:

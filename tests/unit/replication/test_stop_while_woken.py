@@ -1,4 +1,5 @@
-"""Stopping the controller loop at the moment it is woken still stops it.
+"""The controller loop's wake-ups: stopping it at the moment it is woken still stops it, and winning
+the controller key runs a pass at once.
 
 Python 3.11's ``asyncio.wait_for`` loses a cancellation that arrives in the same turn of the event loop
 as the event it waits for: the task then runs on, and a ``stop()`` awaiting it never returns (a
@@ -40,3 +41,31 @@ def test_the_controller_loop_stops_when_woken_in_the_same_turn() -> None:
 
     asyncio.run(scenario())
 
+
+
+class CountingStore(IdleStore):
+    """Counts the image reads: each controller pass makes at least one."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+        self.is_controller = False
+
+    @property
+    def image(self) -> ClusterImage:
+        self.passes += 1
+        return ClusterImage(cluster_id="c")
+
+
+def test_a_broker_that_becomes_controller_runs_a_pass_at_once() -> None:
+    async def scenario() -> None:
+        store = CountingStore()
+        service = ControllerService(store, lambda _topic: False)
+        service.start()
+        await asyncio.sleep(0.05)
+        store.is_controller = True
+        service.on_controller_change(True)
+        await asyncio.sleep(0.1)  # the periodic pass would come only after 1 s
+        assert store.passes > 0
+        await stops_within(service.stop(), 2)
+
+    asyncio.run(scenario())
