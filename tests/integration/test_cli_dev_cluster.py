@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,10 +15,22 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from helpers.broker_process import free_port
 
 
+def _free_pair() -> int:
+    """A port p with p + 1 free too (dev-cluster uses consecutive ports)."""
+    while True:
+        port = free_port()
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+
+
 def test_dev_cluster_serves_a_replicated_topic_and_stops_on_ctrl_c(tmp_path: Path) -> None:
-    base, etcd_port = free_port(), free_port()
-    while base + 1 in (etcd_port, etcd_port + 1) or etcd_port + 1 == base:
-        base, etcd_port = free_port(), free_port()
+    base, etcd_port = _free_pair(), _free_pair()
+    while abs(base - etcd_port) < 2:
+        etcd_port = _free_pair()
     command = [sys.executable, "-m", "tidelog", "dev-cluster", "--brokers", "2", "--dir", str(tmp_path / "dc"),
                "--base-port", str(base), "--etcd-port", str(etcd_port),
                "--override", "broker.session.timeout.ms=3000", "--override", "broker.heartbeat.interval.ms=500"]

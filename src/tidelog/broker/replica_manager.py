@@ -241,6 +241,11 @@ class ReplicaManager:
 
     # -- the leader's side --------------------------------------------------------------------------
 
+    @property
+    def fenced(self) -> bool:
+        """This broker's metadata session is in doubt: it must not act as leader."""
+        return not self.store.lease_valid()
+
     def leader_state(self, tp: TopicPartition) -> LeaderState:
         """The partition's leader state; NOT_LEADER_OR_FOLLOWER unless this broker leads it now."""
         state = self.leaders.get(tp)
@@ -336,6 +341,12 @@ class ReplicaManager:
         topic = self.store.image.topics.get(tp[0])
         current = topic.partitions[tp[1]] if topic is not None and tp[1] < len(topic.partitions) else None
         if current is None or current.partition_epoch != proposal.partition_epoch or current.leader != self.node_id:
+            state.proposal_failed()
+            return
+        joining = set(proposal.isr) - set(current.isr)
+        if any(broker not in self.store.image.brokers for broker in joining):
+            # A broker that deregistered (controlled shutdown) or whose session ended does not rejoin
+            # the ISR, even if it fetched moments ago (Kafka's KIP-841 rule).
             state.proposal_failed()
             return
         new = replace(current, isr=proposal.isr, partition_epoch=current.partition_epoch + 1)

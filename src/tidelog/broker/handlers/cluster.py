@@ -60,15 +60,22 @@ def controller_id(ctx: BrokerContext) -> int:
     return ctx.node_id if not ctx.image.brokers else ctx.image.controller_id
 
 
+def _leader_shown(ctx: BrokerContext, leader: int, fenced: bool) -> int:
+    """The leader as this broker may vouch for it: a fenced broker (its metadata session in doubt)
+    does not name itself, so that clients ask a broker whose image is current."""
+    return -1 if fenced and leader == ctx.node_id else leader
+
+
 def _topic_entry(ctx: BrokerContext, b: Any, topic: TopicImage, operations: int = UNAUTHORIZED_OPERATIONS) -> Any:
     live = ctx.image.brokers
+    fenced = ctx.replicas is not None and ctx.replicas.fenced
     partitions = tuple(
         b.make(
             "MetadataResponsePartition",
             # Kafka: a partition with no leader is LEADER_NOT_AVAILABLE, listed with its replicas and ISR.
-            error_code=ErrorCode.LEADER_NOT_AVAILABLE if p.leader < 0 else ErrorCode.NONE,
+            error_code=ErrorCode.LEADER_NOT_AVAILABLE if _leader_shown(ctx, p.leader, fenced) < 0 else ErrorCode.NONE,
             partition_index=p.index,
-            leader_id=p.leader,
+            leader_id=_leader_shown(ctx, p.leader, fenced),
             leader_epoch=p.leader_epoch,
             replica_nodes=p.replicas,
             isr_nodes=p.isr,
