@@ -26,14 +26,28 @@ from tidelog.broker.handlers import (
     transactions,
     txn_markers,
 )
+from tidelog.broker.responses import NO_THROTTLE, builder
+from tidelog.common.errors import ErrorCode
 from tidelog.protocol import apis
 from tidelog.protocol.apis import ApiKey
 from tidelog.protocol.headers import RequestHeader
 
 Handler = Callable[[BrokerContext, ConnectionInfo, RequestHeader, Any], Awaitable[Any]]
 
+
+async def api_versions(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
+    """ApiVersions: the table below is what is advertised (served here, so no handler module imports
+    this one back)."""
+    b = builder(ApiKey.API_VERSIONS, header.api_version)
+    keys = tuple(
+        b.make("ApiVersion", api_key=key, min_version=low, max_version=high)
+        for key, (low, high) in sorted(advertised_ranges().items())
+    )
+    return b.make("ApiVersionsResponse", error_code=ErrorCode.NONE, api_keys=keys, throttle_time=NO_THROTTLE)
+
+
 HANDLERS: dict[int, Handler] = {
-    ApiKey.API_VERSIONS: cluster.api_versions,
+    ApiKey.API_VERSIONS: api_versions,
     ApiKey.METADATA: cluster.metadata,
     ApiKey.DESCRIBE_CLUSTER: cluster.describe_cluster,
     ApiKey.PRODUCE: produce.produce,

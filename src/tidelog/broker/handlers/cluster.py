@@ -1,4 +1,4 @@
-"""ApiVersions, Metadata and DescribeCluster: what a client asks before anything else."""
+"""Metadata and DescribeCluster: what a client asks first, after ApiVersions (dispatch.py)."""
 
 from __future__ import annotations
 
@@ -25,19 +25,8 @@ from tidelog.protocol.headers import RequestHeader
 
 log = logging.getLogger(__name__)
 
-API_VERSIONS, METADATA, DESCRIBE_CLUSTER = 18, 3, 60
+METADATA, DESCRIBE_CLUSTER = 3, 60
 UNAUTHORIZED_OPERATIONS = -2147483648
-
-
-async def api_versions(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
-    from tidelog.broker.dispatch import advertised_ranges
-
-    b = builder(API_VERSIONS, header.api_version)
-    keys = tuple(
-        b.make("ApiVersion", api_key=key, min_version=low, max_version=high)
-        for key, (low, high) in sorted(advertised_ranges().items())
-    )
-    return b.make("ApiVersionsResponse", error_code=ErrorCode.NONE, api_keys=keys, throttle_time=NO_THROTTLE)
 
 
 def live_brokers(ctx: BrokerContext, listener: Endpoint) -> list[tuple[int, str, int, str | None]]:
