@@ -14,6 +14,7 @@ each), then etcd. Run it again on the same folder and the cluster comes back wit
 from __future__ import annotations
 
 import argparse
+import ctypes
 import shutil
 import signal
 import socket
@@ -84,6 +85,16 @@ def _accepts(port: int) -> bool:
         return False
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when dev-cluster itself dies, even by SIGKILL (Linux
+    PR_SET_PDEATHSIG), so no broker or etcd outlives it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _start_etcd(folder: Path, port: int) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
     binary = shutil.which("etcd")
     if binary is None:
@@ -97,7 +108,8 @@ def _start_etcd(folder: Path, port: int) -> tuple[subprocess.Popen[bytes], IO[by
         "--listen-peer-urls", f"http://{HOST}:{peer}", "--initial-advertise-peer-urls", f"http://{HOST}:{peer}",
         "--initial-cluster", f"dev=http://{HOST}:{peer}",
     ]
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                               preexec_fn=_die_with_parent)
     _wait_for(lambda: _etcd_healthy(port), "etcd", 30, process, folder / "etcd.log")
     return process, log
 
@@ -111,7 +123,8 @@ def _start_broker(root: Path, node: int, port: int, store: str, overrides: list[
         f"broker.rack=rack-{node}", *overrides,
     ]
     command = [sys.executable, "-m", "tidelog", "serve", *(arg for s in settings for arg in ("--override", s))]
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                               preexec_fn=_die_with_parent)
     return process, log
 
 
