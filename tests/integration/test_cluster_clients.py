@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from confluent_kafka import KafkaError
 from kafka import KafkaConsumer, KafkaProducer
 
 from helpers.broker_process import register_failure_report
@@ -113,3 +115,29 @@ def test_the_java_client_works_against_the_cluster(cluster: Cluster, tmp_path: P
     )
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0 and lines and lines[-1].startswith("DONE"), done.stdout + done.stderr
+
+
+def test_admin_elect_leaders_moves_leadership_back_to_the_preferred_replica(tmp_path: Path) -> None:
+    from confluent_kafka import ElectionType, TopicPartition
+
+    manual = Cluster(tmp_path / "manual", overrides={"auto.leader.rebalance.enable": "false"}).start()
+    try:
+        manual.create_topic("elect", replication=3)
+        preferred = manual.partition("elect", 0)[1][0]
+        manual.brokers[preferred].stop()
+        manual.wait_for_leader("elect", 0, not_=preferred)
+        manual.brokers[preferred].start()
+        manual.wait_for_isr("elect", 0, {1, 2, 3})
+        assert manual.partition("elect", 0)[0] != preferred  # no automatic rebalance here
+        admin = manual.admin()
+        result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("elect", 0)]).result(15)
+        assert all(error is None for error in result.values())
+        manual.wait_for_leader("elect", 0)
+        deadline = time.monotonic() + 10
+        while manual.partition("elect", 0)[0] != preferred and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert manual.partition("elect", 0)[0] == preferred
+        again = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("elect", 0)]).result(15)
+        assert [e.code() for e in again.values() if e is not None] == [KafkaError.ELECTION_NOT_NEEDED]
+    finally:
+        manual.close()

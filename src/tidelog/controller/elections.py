@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
+from tidelog.common.errors import ErrorCode
 from tidelog.metadata.image import ClusterImage, PartitionImage
 
 NO_LEADER = -1
@@ -92,3 +93,30 @@ def preferred_leader_changes(
             if broker in partition.isr:
                 changes.append((topic_name, partition, _lead(partition, broker, partition.isr)))
     return changes
+
+
+PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types
+
+
+def requested_election(
+    partition: PartitionImage, live: frozenset[int], election_type: int,
+) -> tuple[ErrorCode, PartitionImage | None]:
+    """ElectLeaders for one partition: (error, the new state to write or None), Kafka's answers.
+
+    Preferred: the first replica must be alive and in the ISR (PREFERRED_LEADER_NOT_AVAILABLE), and
+    already leading it needs no election (ELECTION_NOT_NEEDED). Unclean: only a partition without a
+    live leader is elected, from the live ISR first, else any live replica (ELIGIBLE_LEADERS_NOT_AVAILABLE
+    when none is alive)."""
+    if election_type == PREFERRED:
+        preferred = partition.replicas[0] if partition.replicas else NO_LEADER
+        if partition.leader == preferred:
+            return ErrorCode.ELECTION_NOT_NEEDED, None
+        if preferred not in live or preferred not in partition.isr:
+            return ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, None
+        return ErrorCode.NONE, _lead(partition, preferred, partition.isr)
+    if partition.leader in live:
+        return ErrorCode.ELECTION_NOT_NEEDED, None
+    elected = elect(partition, live, unclean_allowed=True)
+    if elected is None or elected.leader == NO_LEADER:
+        return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, None
+    return ErrorCode.NONE, elected

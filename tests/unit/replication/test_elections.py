@@ -65,3 +65,18 @@ def test_no_preferred_election_for_a_dead_or_out_of_sync_preferred_replica_or_be
     assert preferred_leader_changes(_image(dead), frozenset({2}), 10) == []
     mostly_balanced = [PartitionImage(i, 1, 4, (1, 2), (1, 2)) for i in range(19)] + [PartitionImage(19, 2, 4, (1, 2), (1, 2))]
     assert preferred_leader_changes(_image(mostly_balanced), frozenset({1, 2}), 10) == []
+
+
+def test_requested_elections_answer_as_kafka_does() -> None:
+    from tidelog.common.errors import ErrorCode
+    from tidelog.controller.elections import PREFERRED, UNCLEAN, requested_election
+
+    led_by_second = PartitionImage(0, 2, 4, (1, 2, 3), (1, 2, 3))
+    error, new = requested_election(led_by_second, frozenset({1, 2, 3}), PREFERRED)
+    assert error is ErrorCode.NONE and new is not None and (new.leader, new.leader_epoch) == (1, 5)
+    assert requested_election(part(1, (1, 2)), frozenset({1, 2}), PREFERRED)[0] is ErrorCode.ELECTION_NOT_NEEDED
+    assert requested_election(led_by_second, frozenset({2, 3}), PREFERRED)[0] is ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    assert requested_election(led_by_second, frozenset({1, 2, 3}), UNCLEAN)[0] is ErrorCode.ELECTION_NOT_NEEDED
+    error, new = requested_election(part(NO_LEADER, (1,)), frozenset({3}), UNCLEAN)
+    assert error is ErrorCode.NONE and new is not None and new.leader == 3
+    assert requested_election(part(NO_LEADER, (1,)), frozenset(), UNCLEAN)[0] is ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
