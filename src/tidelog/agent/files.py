@@ -142,6 +142,7 @@ class Source:
             os.close(fd)
             return False
         self.generations.append(self._new_generation(fd, st, 0, now))
+        log.info("%s: generation %d is inode %d", self.source_id, self.generations[-1].number, st.st_ino)
         return True
 
     def restore(self, saved: list[SavedGeneration], next_generation: int, now: float) -> None:
@@ -162,6 +163,8 @@ class Source:
             if not live:
                 gen.sealed = True
                 gen.rotated_at = now
+            log.info("%s: generation %d resumes at byte %d of %s", self.source_id, gen.number, item.offset,
+                     "the path" if at_path else "a renamed file or a copy")
             self.generations.append(gen)
         if not self.generations or self.generations[-1].rotated_at is not None:
             self.open_path(now)  # the file now at the path (renamed or truncated meanwhile) is new
@@ -178,6 +181,7 @@ class Source:
         assert newest.fd is not None
         identity = _path_identity(self.path)
         if identity != (newest.dev, newest.ino):
+            log.info("%s: renamed or deleted; generation %d is read until quiet", self.source_id, newest.number)
             newest.rotated_at = newest.last_growth = now
             if identity is not None:
                 self.open_path(now)
@@ -200,8 +204,11 @@ class Source:
         else:
             unread = max(0, gen.seen_size - gen.splitter.offset)
             self.lost_bytes += unread
-            log.warning("%s: truncated with no copy beside it; %d unread bytes of generation %d are lost",
-                        self.source_id, unread, gen.number)
+            if unread:
+                log.warning("%s: truncated with no copy beside it; %d unread bytes of generation %d are lost",
+                            self.source_id, unread, gen.number)
+            else:
+                log.info("%s: truncated; generation %d had been read to its end", self.source_id, gen.number)
         gen.sealed = True
         gen.rotated_at = now
         self.open_path(now)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import signal
 import threading
@@ -55,6 +56,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.bootstrap_server:
         config = config.with_bootstrap(args.bootstrap_server)
     stop = threading.Event()
+    faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid> prints every thread's stack to stderr
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     agent = Agent(config)
