@@ -46,9 +46,9 @@ class Writer:
 class Reader:
     """A read_committed consumer of every partition that keeps what it has read."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int = PARTITIONS) -> None:
         self.consumer = consumer(bootstrap, {"isolation.level": "read_committed"})
-        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         self.values: list[int] = []
         self.positions: list[tuple[int, int]] = []
 
@@ -81,6 +81,12 @@ class AgentRun:
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
         return self.process.wait(30)
+
+    def close(self) -> None:
+        """Kill the agent if it still runs (a test's clean-up)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
 
 
 def rotate_and_kill_scenario(bootstrap: str, tmp_path: Path) -> None:
@@ -161,6 +167,4 @@ topic = "{topic}"
                              f"agent log:\n{agent.log.read_text()[-4000:]}") from None
     finally:
         reader.consumer.close()
-        if agent.process is not None and agent.process.poll() is None:
-            agent.process.kill()
-            agent.process.wait(10)
+        agent.close()

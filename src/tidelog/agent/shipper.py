@@ -20,8 +20,10 @@ part of the transaction: it would bring back the duplicates that the transaction
 is lost: a file deleted while the agent is down, and bytes a copytruncate drops (written between its
 copy and its truncate), as with any tailer.
 
-Fencing: a second agent with the same ``agent.id`` fences the first (PRODUCER_FENCED); the fenced
-one stops with an error rather than fence back.
+Fencing: a second agent with the same ``agent.id`` fences the first (PRODUCER_FENCED). A transaction
+that outlives ``transaction.timeout.ms`` during an outage is fenced the same way, so the agent starts
+a new producer and rewinds; fenced three times within five minutes, it stops with an error rather
+than fence the other agent back for ever.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ log = logging.getLogger(__name__)
 
 _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
                      KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
+FENCES_BEFORE_GIVING_UP = 3
+FENCE_WINDOW_S = 300.0
 HEADER_SOURCE = "tidelog-source-id"
 HEADER_SEQNO = "tidelog-seqno"
 HEADER_GENERATION = "tidelog-generation"
@@ -80,6 +84,8 @@ class Agent:
         self._txn_started: float | None = None
         self._txn_records = 0
         self._producer: Producer | None = None
+        self._fences: list[float] = []  # when this agent was fenced, within FENCE_WINDOW_S
+        self._stop = threading.Event()
 
     # ---- start -------------------------------------------------------------------------------------
 
@@ -116,9 +122,12 @@ class Agent:
                 raise AgentError(f"topic {group.topic} (files {', '.join(group.paths)}) does not exist; create it "
                                  f"first")
 
+    def _make_producer(self) -> Producer:
+        return Producer({"logger": logging.getLogger("tidelog.agent.rdkafka"), **self.config.kafka,
+                         "transactional.id": self.config.transactional_id, "enable.idempotence": True})
+
     def _new_producer(self) -> Producer:
-        producer = Producer({**self.config.kafka, "transactional.id": self.config.transactional_id,
-                             "enable.idempotence": True})
+        producer = self._make_producer()
         try:
             producer.init_transactions(60)
         except KafkaException as exc:
@@ -135,6 +144,7 @@ class Agent:
 
     def run(self, stop: threading.Event) -> None:
         """Ship until ``stop`` is set; then commit what is open and close."""
+        self._stop = stop
         next_scan = self.clock() + self.config.scan_interval_ms / 1000
         try:
             while not stop.is_set():
@@ -248,46 +258,63 @@ class Agent:
             self._txn_started = None
         return committed
 
-    def _retry(self, stop: threading.Event, call: Callable[[], None]) -> bool:
+    def _retry(self, stop: threading.Event, call: Callable[[], None], what: str = "commit") -> bool:
         """Run ``call`` until it succeeds; retriable errors (an outage) are retried. False if stopped."""
         logged = False
         while True:
             try:
                 call()
                 if logged:
-                    log.warning("the cluster answers again")
+                    log.warning("the cluster answers again (%s done)", what)
                 return True
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
                 if not error.retriable() or error.txn_requires_abort() or error.fatal():
                     raise
                 if not logged:
-                    log.warning("cannot commit (%s); retrying, files are read again once it is done", error.str())
+                    log.warning("the cluster is out of reach (%s: %s); retrying, the files wait", what, error.str())
                     logged = True
                 if stop.wait(0.5):
                     return False
 
     def _failed(self, error: KafkaError) -> None:
-        """An abortable or fatal error: abort, or start a new producer, and rewind to the committed positions."""
-        if error.code() in _FENCED:
-            raise AgentError(f"fenced: another agent with agent.id {self.config.agent_id!r} has taken over "
-                             f"({error.str()})")
+        """An abortable or fatal error: abort, or start a new producer, and rewind to the committed positions.
+
+        During an outage the abort (or the new producer's init_transactions) waits for the cluster, so
+        the files are read again only once it answers."""
         self.metrics.aborts_total += 1
         log.warning("transaction aborted (%s); reading again from the committed positions", error.str())
-        assert self._producer is not None
-        if error.fatal():
-            self._producer = self._new_producer()
-        else:
-            try:
-                self._producer.abort_transaction(60)
-            except KafkaException as exc:
-                if exc.args[0].code() in _FENCED:
-                    raise AgentError(f"fenced while aborting: {exc.args[0].str()}") from None
-                self._producer = self._new_producer()
+        producer = self._producer
+        assert producer is not None
         for source in self._dirty:
             source.rewind()
         self._dirty.clear()
         self._txn_started = None
+        if error.code() in _FENCED or error.fatal():
+            self._renew_producer(error)
+            return
+        try:
+            self._retry(self._stop, lambda: producer.abort_transaction(30), "abort")
+        except KafkaException as exc:
+            self._renew_producer(exc.args[0])
+
+    def _renew_producer(self, error: KafkaError) -> None:
+        """A new producer (init_transactions) after a fatal error. Fenced is also what a transaction that
+        outlived transaction.timeout.ms during an outage gets, so it is retried; fenced again and again
+        means another agent runs with this agent.id: stop rather than fence it back for ever."""
+        now = self.clock()
+        if error.code() in _FENCED:
+            self._fences = [t for t in self._fences if now - t < FENCE_WINDOW_S] + [now]
+            if len(self._fences) >= FENCES_BEFORE_GIVING_UP:
+                raise AgentError(f"fenced {len(self._fences)} times in {FENCE_WINDOW_S:.0f} s: another agent with "
+                                 f"agent.id {self.config.agent_id!r} is running ({error.str()})")
+        log.warning("a new transactional producer after: %s", error.str())
+        producer = self._make_producer()
+        self._producer = producer
+        try:
+            self._retry(self._stop, lambda: producer.init_transactions(30), "init_transactions")
+        except KafkaException as exc:
+            raise AgentError(f"init_transactions: {exc.args[0].str()}") from None
 
     def close(self) -> None:
         for source in self.sources.values():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import io
 import logging
 import signal
 import threading
@@ -56,9 +57,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.bootstrap_server:
         config = config.with_bootstrap(args.bootstrap_server)
     stop = threading.Event()
-    faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid> prints every thread's stack to stderr
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    try:
+        faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid> prints every thread's stack to stderr
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # stderr is not a file (the command run inside another program)
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     agent = Agent(config)
     try:
         agent.start()
@@ -66,6 +69,9 @@ def _run(args: argparse.Namespace) -> int:
     except (AgentError, PositionsError) as exc:
         agent.close()
         raise CliError(str(exc)) from None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     metrics = agent.metrics
     logging.getLogger("tidelog.agent").info(
         "stopped: %d records (%d bytes) in %d transactions, %d aborted, %d cut to max.line.bytes",
