@@ -235,6 +235,8 @@ class Source:
 
     def _read_generation(self, gen: Generation, budget: int, now: float,
                          out: list[tuple[Generation, Line]]) -> None:
+        # One chunk with records per call: the shipper visits every source in turn, so one file's
+        # backlog does not hold the others back. A chunk inside one long line does not count.
         while budget > 0 and gen.fd is not None:
             data = os.pread(gen.fd, READ_CHUNK, gen.splitter.offset)
             if not data:
@@ -245,6 +247,8 @@ class Source:
             budget -= len(lines)
             if gen.head_len < HEAD_BYTES and gen.splitter.offset > gen.head_len:
                 gen.head_len, gen.head_crc = _head(gen.fd, min(HEAD_BYTES, gen.splitter.offset))
+            if lines:
+                break
         if gen.sealed and budget > 0 and (gen.fd is None or gen.splitter.offset >= os.fstat(gen.fd).st_size):
             out.extend((gen, line) for line in gen.splitter.finish())
             gen.finished = True
