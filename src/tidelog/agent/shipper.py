@@ -218,17 +218,12 @@ class Agent:
         topic = source.group.topic
         key = source.source_id.encode()
         for gen, line in lines:
-            headers: list[tuple[str, str | bytes | None]] = [(HEADER_SOURCE, key), (HEADER_SEQNO, b"%d" % line.end),
-                       (HEADER_GENERATION, b"%d" % gen.number)]
+            headers: list[tuple[str, str | bytes | None]] = [
+                (HEADER_SOURCE, key), (HEADER_SEQNO, b"%d" % line.end), (HEADER_GENERATION, b"%d" % gen.number)]
             if line.original_size:
                 headers.append((HEADER_ORIGINAL_SIZE, b"%d" % line.original_size))
                 self.metrics.truncated_lines_total += 1
-            while True:
-                try:
-                    producer.produce(topic, line.value, key, headers=headers)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            _send(producer, topic, line.value, key, headers)
             self.metrics.bytes_total += len(line.value)
         self._txn_records += len(lines)
         self.metrics.lines_total += len(lines)
@@ -243,8 +238,8 @@ class Agent:
         states = {source: self._state(source) for source in self._dirty}
         try:
             for source, state in states.items():
-                producer.produce(self.config.positions_topic, state.encode(),
-                                 positions.key_of(self.config.agent_id, source.source_id))
+                _send(producer, self.config.positions_topic, state.encode(),
+                      positions.key_of(self.config.agent_id, source.source_id))
             committed = self._retry(stop, lambda: producer.commit_transaction(10))
         except KafkaException as exc:
             committed = False
@@ -322,6 +317,17 @@ class Agent:
         if self._producer is not None:
             self._producer.flush(5)
             self._producer = None
+
+
+def _send(producer: Producer, topic: str, value: bytes, key: bytes,
+          headers: list[tuple[str, str | bytes | None]] | None = None) -> None:
+    """Produce, waiting while librdkafka's queue is full (queue.buffering.max.messages/kbytes)."""
+    while True:
+        try:
+            producer.produce(topic, value, key, headers=headers)
+            return
+        except BufferError:
+            producer.poll(0.05)
 
 
 def _excluded(path: str, patterns: tuple[str, ...]) -> bool:
