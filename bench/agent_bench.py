@@ -1,0 +1,115 @@
+"""tidelog agent's footprint: CPU and memory while it ships a steady 10,000 lines/s.
+
+Not a test: it prints numbers. A tidelog broker runs as a subprocess (tests/helpers) on a free port in
+a temporary folder; ``tidelog agent`` runs as a second subprocess tailing one file; this script
+appends ``--rate`` lines of ``--size`` bytes per second to that file (in 10 ms slices) for
+``--seconds``, and samples the agent's CPU time (/proc/PID/stat, user + system) and resident memory
+(/proc/PID/status VmRSS) once a second. Usage::
+
+    python bench/agent_bench.py [--rate 10000] [--seconds 20] [--size 100]
+
+Printed: the agent's mean CPU (% of one core) and peak RSS over the steady part (after a 3 s warm-up),
+the lines shipped (read_committed count) and the lag after the last write until every line is in
+the topic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from confluent_kafka import TopicPartition
+
+from helpers.broker_process import REPO_ROOT, BrokerProcess
+from helpers.clients import consumer, create_topic
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def count_committed(bootstrap: str, topic: str, want: int, timeout: float) -> int:
+    cons = consumer(bootstrap, {"isolation.level": "read_committed"})
+    cons.assign([TopicPartition(topic, 0, 0)])
+    seen, deadline = 0, time.monotonic() + timeout
+    while seen < want and time.monotonic() < deadline:
+        seen += sum(1 for m in cons.consume(10_000, 0.2) if m.error() is None)
+    cons.close()
+    return seen
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rate", type=int, default=10_000, help="lines per second")
+    parser.add_argument("--seconds", type=int, default=20)
+    parser.add_argument("--size", type=int, default=100, help="bytes per line, newline included")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="agent-bench-") as tmp:
+        folder = Path(tmp)
+        broker = BrokerProcess(folder / "broker").start()
+        agent: subprocess.Popen[bytes] | None = None
+        try:
+            topic = create_topic(broker.bootstrap, "bench-agent", 1)
+            (folder / "logs").mkdir()
+            app = folder / "logs" / "app.log"
+            app.touch()
+            config = folder / "agent.toml"
+            config.write_text(f'[agent]\nid = "bench"\n[kafka]\nbootstrap.servers = "{broker.bootstrap}"\n'
+                              f'"linger.ms" = 20\n"compression.type" = "lz4"\n'
+                              f'[[files]]\npaths = ["{folder}/logs/*.log"]\ntopic = "{topic}"\n')
+            env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+            agent = subprocess.Popen([sys.executable, "-m", "tidelog", "agent", "--config", str(config)],
+                                     stderr=(folder / "agent.log").open("wb"), env=env)
+            time.sleep(3)  # start-up
+            per_slice = args.rate // 100
+            filler = b"x" * max(0, args.size - 14)  # "%012d " and the newline
+            written, samples = 0, []
+            started = time.monotonic()
+            next_sample = started + 1
+            with app.open("ab", buffering=0) as out:
+                while (now := time.monotonic()) < started + args.seconds:
+                    due = int((now - started) * args.rate)
+                    if due > written:
+                        count = min(due - written, per_slice * 10)
+                        out.write(b"".join(b"%012d %s\n" % (written + i, filler) for i in range(count)))
+                        written += count
+                    if now >= next_sample:
+                        samples.append((now - started, cpu_seconds(agent.pid), rss_mib(agent.pid)))
+                        next_sample += 1
+                    time.sleep(0.01)
+            last_write = time.monotonic()
+            shipped = count_committed(broker.bootstrap, topic, written, 60)
+            lag = time.monotonic() - last_write
+            steady = [s for s in samples if s[0] >= 3]
+            cpu = (steady[-1][1] - steady[0][1]) / (steady[-1][0] - steady[0][0]) * 100
+            print(f"lines written {written} ({written / args.seconds:,.0f}/s, {args.size} B each); "
+                  f"shipped (read_committed) {shipped}")
+            print(f"agent CPU {cpu:.1f}% of one core (mean over {steady[-1][0] - steady[0][0]:.0f} s); "
+                  f"RSS peak {max(s[2] for s in steady):.1f} MiB, at start {samples[0][2]:.1f} MiB")
+            print(f"caught up {lag:.2f} s after the last write (includes reading the topic)")
+        finally:
+            if agent is not None:
+                agent.terminate()
+                agent.wait(30)
+            broker.close()
+
+
+if __name__ == "__main__":
+    main()

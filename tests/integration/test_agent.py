@@ -1,0 +1,120 @@
+"""tidelog agent against a tidelog broker: an outage with a rotated and deleted file, multi-line
+records and the line size limit end to end, and clear errors for a bad configuration."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.agent_run import AgentRun, Reader, Writer
+from helpers.broker_process import BrokerProcess, wait_until
+from helpers.cli_runner import run_cli
+from helpers.clients import consume, create_topic, unique_topic
+
+
+def write_config(path: Path, bootstrap: str, logs: Path, topic: str, extra_agent: str = "", extra_kafka: str = "",
+                 extra_files: str = "") -> Path:
+    path.write_text(f"""
+[agent]
+id = "{topic}"
+host = "h1"
+transaction.interval.ms = 100
+poll.interval.ms = 20
+rotate.wait.ms = 300
+multiline.timeout.ms = 300
+{extra_agent}
+[kafka]
+bootstrap.servers = "{bootstrap}"
+"reconnect.backoff.max.ms" = 200
+{extra_kafka}
+[[files]]
+paths = ["{logs}/*.log"]
+topic = "{topic}"
+{extra_files}
+""")
+    return path
+
+
+def test_lines_written_renamed_and_deleted_during_an_outage_land_once_when_the_broker_returns(
+    tmp_path: Path,
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    app = logs / "app.log"
+    with BrokerProcess(tmp_path / "broker") as broker:
+        topic = create_topic(broker.bootstrap, unique_topic("outage"), 1)
+        # A short transaction timeout: the transaction open when the broker went away is timed out by it.
+        config = write_config(tmp_path / "agent.toml", broker.bootstrap, logs, topic,
+                              extra_kafka='"transaction.timeout.ms" = 3000')
+        agent = AgentRun(config, tmp_path / "agent.log")
+        reader = Reader(broker.bootstrap, topic, partitions=1)
+        writer = Writer(app)
+        try:
+            agent.start()
+            writer.write(1000, pace=0.002)
+            wait_until(lambda: reader.count() >= 1000, timeout=60, interval=0.1, message="shipping")
+            broker.stop()
+            writer.write(1000)
+            app.rename(logs / "app.log.1")
+            writer.write(500)
+            time.sleep(1)  # the agent holds app.log.1 open: deleting it loses nothing while it runs
+            (logs / "app.log.1").unlink()
+            time.sleep(3)
+            broker.start()
+            wait_until(lambda: reader.count() >= writer.next, timeout=90, interval=0.2,
+                       message=f"all {writer.next} lines after the outage")
+            assert agent.stop() == 0
+            time.sleep(0.3)
+            reader.count()
+            assert reader.values == list(range(writer.next)), agent.log.read_text()[-3000:]
+            assert "transaction aborted" in agent.log.read_text(), "the outage was seen"
+        finally:
+            reader.consumer.close()
+            agent.close()
+
+
+def test_multi_line_records_and_overlong_lines_reach_the_topic_whole_or_cut_with_their_size(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    topic = create_topic(broker.bootstrap, unique_topic("ml"), 1)
+    config = write_config(tmp_path / "agent.toml", broker.bootstrap, logs, topic,
+                          extra_files="multiline.start.pattern = '^\\d{4}-'\nmax.line.bytes = 128")
+    (logs / "app.log").write_bytes(
+        b"2026-12-02 10:00:00 ERROR boom\n"
+        b"Traceback (most recent call last):\n"
+        b'  File "app.py", line 3\n'
+        b"2026-12-02 10:00:01 INFO " + b"x" * 150 + b"\n"
+        b"2026-12-02 10:00:02 INFO last\n"
+    )
+    agent = AgentRun(config, tmp_path / "agent.log")
+    try:
+        agent.start()
+        messages = consume(broker.bootstrap, topic, 3, timeout=60, config={"isolation.level": "read_committed"})
+        assert agent.stop() == 0
+    finally:
+        agent.close()
+    values = [m.value() for m in messages]
+    assert values[0] == b'2026-12-02 10:00:00 ERROR boom\nTraceback (most recent call last):\n  File "app.py", line 3'
+    assert values[1] == (b"2026-12-02 10:00:01 INFO " + b"x" * 150)[:128]
+    assert values[2] == b"2026-12-02 10:00:02 INFO last"
+    headers = [dict(m.headers() or []) for m in messages]
+    assert headers[1]["tidelog-original-size"] == b"175" and "tidelog-original-size" not in headers[0]
+    assert [int(h["tidelog-seqno"]) for h in headers] == [90, 266, 296]
+    assert all(m.key() == f"h1:{logs}/app.log".encode() for m in messages)
+
+
+def test_a_missing_topic_and_a_bad_setting_stop_the_agent_with_a_clear_message(
+    broker: BrokerProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    missing = write_config(tmp_path / "missing.toml", broker.bootstrap, logs, unique_topic("absent"))
+    run = run_cli(capsys, "agent", "--config", str(missing))
+    assert run.code == 1 and "does not exist; create it first" in run.err
+    bad = write_config(tmp_path / "bad.toml", broker.bootstrap, logs, "t", extra_agent="scan.interval.ms = -1")
+    run = run_cli(capsys, "agent", "--config", str(bad))
+    assert run.code == 2 and "agent.scan.interval.ms: expected an integer >= 1, got -1" in run.err
