@@ -42,6 +42,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import TopicName
 
+from helpers.clients import watermark_offsets
 from helpers.raw_client import RawClient
 
 POLL_INTERVAL_S = 0.1
@@ -277,7 +278,7 @@ def read_back(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fault-checker", "enable.auto.commit": False,
                          "auto.offset.reset": "earliest", "enable.partition.eof": False, **QUIET})
     try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1] for p in range(partitions)}
+        ends = {p: watermark_offsets(consumer, TopicPartition(topic, p), 30)[1] for p in range(partitions)}
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
         next_offset = dict.fromkeys(range(partitions), 0)

@@ -10,7 +10,15 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from helpers.broker_process import wait_until
@@ -164,6 +172,22 @@ def _poll_batch(cons: Consumer, timeout: float) -> list[Message]:
             raise AssertionError(f"consumer error: {error}")
         out.append(message)
     return out
+
+
+def watermark_offsets(cons: Consumer, tp: TopicPartition, timeout: float = 15.0) -> tuple[int, int]:
+    """``get_watermark_offsets``, asked again while the partition's leader moves (librdkafka answers
+    NOT_LEADER_FOR_PARTITION once from a stale leader and refreshes its metadata meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = cons.get_watermark_offsets(tp, timeout=max(1.0, deadline - time.monotonic()))
+            return int(low), int(high)
+        except KafkaException as exc:
+            retriable = exc.args[0].code() in (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                                               KafkaError._TRANSPORT, KafkaError.UNKNOWN_TOPIC_OR_PART)
+            if not retriable or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
 
 
 def watermarks(bootstrap: str, topic: str, partitions: Sequence[int] = (0,)) -> dict[int, tuple[int, int]]:

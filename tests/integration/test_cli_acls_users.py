@@ -50,6 +50,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Confi
         "auto.create.topics.enable": "false",
         "authorizer.audit.flush.interval.ms": 100,
         "listener.name.apps.authorizer.mode": "audit",
+        # Deliberate wrong passwords from 127.0.0.1 would back off later logins: the throttle has its
+        # own test (tests/system/hostile/test_hostile_authentication.py).
+        "connection.failed.authentication.backoff.max.ms": 0,
     })
     ports = {"ADMIN": broker.port, "APPS": free_port()}
     broker.properties["listeners"] = ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items())

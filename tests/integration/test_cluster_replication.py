@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from helpers.broker_process import register_failure_report
+from helpers.clients import watermark_offsets
 from helpers.cluster import Cluster
 
 
@@ -31,7 +32,7 @@ def read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "checker", "enable.auto.commit": False,
                          "auto.offset.reset": "earliest"})
     tps = [TopicPartition(topic, p, 0) for p in range(partitions)]
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    ends = {p: watermark_offsets(consumer, TopicPartition(topic, p))[1] for p in range(partitions)}
     consumer.assign(tps)
     got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
     deadline = time.monotonic() + timeout
@@ -289,7 +290,7 @@ def test_delete_records_on_the_leader_moves_the_followers_log_start_too(cluster:
     cluster.brokers[leader].kill9()
     cluster.wait_for_leader("trimmed", 0, not_=leader)
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "x"})
-    low, high = consumer.get_watermark_offsets(TP("trimmed", 0), timeout=10)
+    low, high = watermark_offsets(consumer, TP("trimmed", 0))
     consumer.close()
     assert (low, high) == (60, 100)
 

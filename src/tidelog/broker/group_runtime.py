@@ -244,6 +244,8 @@ class GroupRuntime:
                      ("segment.bytes", str(config.get_int("offsets.topic.segment.bytes"))),
                      ("compression.type", "producer")],
         )
+        if outcome.error is ErrorCode.TOPIC_ALREADY_EXISTS:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE  # another broker created it first; retried, it is found
         if not outcome.ok or outcome.topic is None:
             log.error("cannot create %s: %s %s", OFFSETS_TOPIC, outcome.error.name, outcome.message)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE

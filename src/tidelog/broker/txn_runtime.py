@@ -222,6 +222,8 @@ class TxnRuntime:
             configs=[("cleanup.policy", "compact"), ("min.insync.replicas", str(min_isr)),
                      ("segment.bytes", str(config.get_int("transaction.state.log.segment.bytes")))],
         )
+        if outcome.error is ErrorCode.TOPIC_ALREADY_EXISTS:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE  # another broker created it first; retried, it is found
         if not outcome.ok or outcome.topic is None:
             log.error("cannot create %s: %s %s", TXN_TOPIC, outcome.error.name, outcome.message)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
