@@ -225,12 +225,13 @@ class ReplicaManager:
     def _fetcher(self, leader: int) -> FollowerFetcher:
         fetcher = self.fetchers.get(leader)
         if fetcher is None:
-            fetcher = FollowerFetcher(self.node_id, leader, lambda: self._address(leader), self.logs, self.settings)
+            fetcher = FollowerFetcher(self.node_id, leader, lambda: self.address_of(leader), self.logs, self.settings)
             self.fetchers[leader] = fetcher
             fetcher.start()
         return fetcher
 
-    def _address(self, node_id: int) -> tuple[str, int] | None:
+    def address_of(self, node_id: int) -> tuple[str, int] | None:
+        """Where broker ``node_id`` takes inter-broker requests (its inter-broker listener, else its first)."""
         broker: BrokerRegistration | None = self.store.image.brokers.get(node_id)
         if broker is None:
             return None

@@ -68,9 +68,9 @@ class TopicAdmin:
         return {b.node_id: b.rack for b in self.store.image.brokers.values()}
 
     def _placed(self, name: str, replicas: Sequence[Sequence[int]], configs: Mapping[str, Value]) -> TopicImage:
-        if not self.clustered:
-            return new_topic(name, len(replicas), self.node_id, configs)
         topic = new_topic(name, len(replicas), self.node_id, configs)
+        if not self.clustered:
+            return topic
         return replace(topic, partitions=tuple(
             PartitionImage(i, r[0], 0, tuple(r), tuple(r)) for i, r in enumerate(replicas)
         ))

@@ -78,11 +78,6 @@ class Marker:
         return Marker(self.producer_id, self.producer_epoch, self.commit, self.coordinator_epoch, tuple(partitions))
 
 
-def error_of(code: int) -> ErrorCode:
-    found = ErrorCode._value2member_map_.get(int(code))
-    return found if isinstance(found, ErrorCode) else ErrorCode.UNKNOWN_SERVER_ERROR
-
-
 def transactional_offsets(data: bytes, producer_id: int) -> list[OffsetCommitRecord]:
     """The offset commits in the transactional (non-control) batches of ``producer_id`` in ``data``."""
     out: list[OffsetCommitRecord] = []
@@ -267,13 +262,8 @@ class _Sender:
             self.connection.close()
 
     def _address(self) -> tuple[str, int] | None:
-        broker = self.ctx.image.brokers.get(self.node)
         replicas = self.ctx.replicas
-        if broker is None or not broker.endpoints:
-            return None
-        endpoint = broker.endpoint(replicas.listener) if replicas is not None else None
-        endpoint = endpoint or broker.endpoints[0]
-        return endpoint.host, endpoint.port
+        return replicas.address_of(self.node) if replicas is not None else None
 
     async def _run(self) -> None:
         while True:
@@ -306,7 +296,7 @@ class _Sender:
                                               timeout_s=APPEND_TIMEOUT_MS / 1000 + 5)
         response: Any = await self.connection.call(request_for(markers))
         return {
-            (int(result.producer_id), str(topic.name), int(p.partition_index)): error_of(p.error_code)
+            (int(result.producer_id), str(topic.name), int(p.partition_index)): ErrorCode.from_wire(p.error_code)
             for result in response.markers for topic in result.topics for p in topic.partitions
         }
 

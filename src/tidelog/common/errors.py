@@ -19,6 +19,12 @@ class ErrorCode(enum.IntEnum):
         obj.retriable = retriable
         return obj
 
+    @classmethod
+    def from_wire(cls, code: int) -> ErrorCode:
+        """The code another broker sent; UNKNOWN_SERVER_ERROR for one this version does not know."""
+        found = cls._value2member_map_.get(int(code))
+        return found if isinstance(found, ErrorCode) else cls.UNKNOWN_SERVER_ERROR
+
     UNKNOWN_SERVER_ERROR = -1, False
     NONE = 0, False
     OFFSET_OUT_OF_RANGE = 1, False

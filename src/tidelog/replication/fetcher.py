@@ -50,11 +50,6 @@ STALE_LEADER = frozenset({
 })
 
 
-def error_from_code(code: int) -> ErrorCode:
-    found = ErrorCode._value2member_map_.get(code)
-    return found if isinstance(found, ErrorCode) else ErrorCode.UNKNOWN_SERVER_ERROR
-
-
 @dataclass(frozen=True, slots=True)
 class FetcherSettings:
     max_bytes: int = 10 * 1024 * 1024        # replica.fetch.response.max.bytes
@@ -190,7 +185,7 @@ class FollowerFetcher:
                 if pending_one is None or plog is None or self.partitions.get(tp) is not pending_one:
                     continue
                 followed = pending_one
-                error = error_from_code(p.error_code)
+                error = ErrorCode.from_wire(p.error_code)
                 if error is not ErrorCode.NONE:
                     self._rest(tp, followed, error, "OffsetForLeaderEpoch")
                     continue
@@ -247,7 +242,7 @@ class FollowerFetcher:
         plog = self._log(tp)
         if followed is None or plog is None or self.partitions.get(tp) is not followed:
             return  # unfollowed (or re-followed at a new epoch) while the fetch was out
-        error = error_from_code(p.error_code)  # type: ignore[attr-defined]
+        error = ErrorCode.from_wire(p.error_code)  # type: ignore[attr-defined]
         if error is ErrorCode.OFFSET_OUT_OF_RANGE:
             leader_start = int(p.log_start_offset)  # type: ignore[attr-defined]
             if plog.log_end_offset < leader_start:

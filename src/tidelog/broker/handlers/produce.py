@@ -86,8 +86,11 @@ def _append_one(
         if replicas is None:
             leader_epoch = ctx.image.topics[topic].partitions[pdata.index].leader_epoch
         else:
-            min_insync = ctx.topics.resolved_config(ctx.image.topics[topic]).get("min.insync.replicas")
-            state = replicas.check_writable((topic, pdata.index), acks, int(min_insync) if isinstance(min_insync, int) else 1)
+            min_insync = 1
+            if acks == -1:  # resolving the topic's settings costs a dict per partition: only when it matters
+                value = ctx.topics.resolved_config(ctx.image.topics[topic]).get("min.insync.replicas")
+                min_insync = value if isinstance(value, int) else 1
+            state = replicas.check_writable((topic, pdata.index), acks, min_insync)
             leader_epoch = state.leader_epoch
         if isinstance(prepared, KafkaError):
             raise prepared
