@@ -28,3 +28,17 @@ def fresh_broker(tmp_path: Path, pytestconfig: pytest.Config) -> Iterator[Callab
     yield start
     for process in started:
         process.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist's ``--dist loadgroup`` (scripts/test runs the suite on several workers).
+
+    A file's tests stay together on one worker, so its module-scoped brokers and clusters start once;
+    the whole compat tier is one group, so the reference Apache Kafka starts once and its report is
+    written whole. A test may name its own group with ``@pytest.mark.xdist_group``."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        path = Path(str(item.path))
+        group = "compat" if "compat" in path.parts else path.stem
+        item.add_marker(pytest.mark.xdist_group(group))
