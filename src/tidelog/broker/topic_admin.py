@@ -62,10 +62,13 @@ class TopicAdmin:
         self.clustered = clustered
 
     def _brokers(self) -> dict[int, str | None]:
-        """Live brokers and their racks: the registrations in a cluster, this node alone otherwise."""
+        """Live brokers and their racks: the registrations in a cluster, this node alone otherwise; drained
+        brokers (``placement.excluded.brokers``) are left out."""
         if not self.clustered:
             return {self.node_id: None}
-        return {b.node_id: b.rack for b in self.store.image.brokers.values()}
+        listed = self.config.get("placement.excluded.brokers")
+        excluded = {int(b) for b in listed} if isinstance(listed, list) else set()
+        return {b.node_id: b.rack for b in self.store.image.brokers.values() if b.node_id not in excluded}
 
     def _placed(self, name: str, replicas: Sequence[Sequence[int]], configs: Mapping[str, Value]) -> TopicImage:
         topic = new_topic(name, len(replicas), self.node_id, configs)

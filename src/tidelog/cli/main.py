@@ -14,12 +14,14 @@ import sys
 from tidelog.cli import (
     acls,
     agent,
+    brokers,
     cluster,
     configs,
     consume,
     dev_cluster,
     gateway,
     groups,
+    partitions,
     perf,
     produce,
     serve,
@@ -57,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "serve, WARNING for the client commands)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (serve, dev_cluster, gateway, agent, topics, configs, produce, consume, groups, transactions, cluster,
-                   acls, users, perf):
+                   partitions, brokers, acls, users, perf):
         module.add_parser(sub)
     return parser
 

@@ -149,6 +149,12 @@ def _overrides(value: Value) -> str | None:
     return None
 
 
+def _broker_ids(value: Value) -> str | None:
+    if isinstance(value, list) and not all(item.strip().isdigit() for item in value):
+        return "expected a comma-separated list of broker ids"
+    return None
+
+
 def one_of(*choices: str) -> Callable[[Value], str | None]:
     def check(value: Value) -> str | None:
         items = value if isinstance(value, list) else [value]
@@ -265,6 +271,7 @@ _BROKER: list[Setting] = [
     Setting("cluster.id", Type.STRING, None, "Cluster id; generated and stored in meta.properties on first start when unset.", _B),
     Setting("controlled.shutdown.enable", Type.BOOLEAN, True, "Clusters: on SIGTERM, leadership moves to other ISR members before the broker stops.", _B),
     # Clusters (docs/cluster.md): where the metadata lives, and the broker's session with it.
+    Setting("placement.excluded.brokers", Type.LIST, [], "tidelog: ids of drained brokers (tidelog brokers drain): new topics and partitions place no replica on them; cluster-wide.", _B, True, _broker_ids),
     Setting("metadata.store", Type.STRING, "", "tidelog: cluster metadata store, etcd://host:port[,host:port...][/prefix] (prefix default tidelog); empty: a single node with a local file.", _B, False, _store_url),
     Setting("broker.session.timeout.ms", Type.INT, 9000, "A broker whose etcd lease is not renewed for this long is dead to the cluster; it fences itself 2 heartbeats earlier.", _B, False, at_least(1000)),
     Setting("broker.heartbeat.interval.ms", Type.INT, 2000, "How often a broker renews its etcd lease.", _B, False, at_least(10)),

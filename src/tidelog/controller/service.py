@@ -6,6 +6,10 @@ and writes each needed change as a compare-and-set on that partition's key. A lo
 leader changed the ISR meanwhile: the next pass sees the new state and decides again. Only the broker
 that holds the controller key acts; when it loses the key (its lease) it stops at once, and every
 write it still had in flight fails its compare if anybody else wrote the partition since.
+
+The same pass completes partition reassignments whose target replicas are all in sync
+(``reassignment.reassignment_changes``). A move lives in the partition's own key, so a controller
+elected in the middle of one finds it there and carries it on.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tidelog.controller.elections import NO_LEADER, partition_changes, preferred_leader_changes
+from tidelog.controller.reassignment import reassignment_changes
 from tidelog.metadata.image import ClusterImage, PartitionImage
 
 log = logging.getLogger(__name__)
@@ -106,7 +111,19 @@ class ControllerService:
             if await self.store.alter_partition(topic, current.index, current, new):
                 changed += 1
                 _log_change(topic, current, new)
-        return changed
+        return changed + await self._complete_moves()
+
+    async def _complete_moves(self) -> int:
+        image = self.store.image
+        completed = 0
+        for topic, current, new in list(reassignment_changes(image, frozenset(image.brokers))):
+            if not self.store.is_controller or self._stopping:
+                break
+            if await self.store.alter_partition(topic, current.index, current, new):
+                completed += 1
+                log.info("reassignment of %s-%d complete: replicas %s -> %s, leader %d at epoch %d", topic,
+                         new.index, list(current.replicas), list(new.replicas), new.leader, new.leader_epoch)
+        return completed
 
 
     async def _maybe_rebalance(self) -> int:

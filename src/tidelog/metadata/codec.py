@@ -15,7 +15,9 @@ Forms (the etcd keys that hold them are listed in ``etcd_layout``)::
                   "endpoints": [{"name": "PLAINTEXT", "host": "h", "port": 9092,
                                  "security_protocol": "PLAINTEXT"}]}
     topic        {"topic_id": "<uuid>", "configs": {...overrides...}, "replicas": [[1, 2, 3], ...]}
-    partition    {"leader": 1, "leader_epoch": 0, "isr": [1, 2, 3], "partition_epoch": 0}
+    partition    {"leader": 1, "leader_epoch": 0, "isr": [1, 2, 3], "partition_epoch": 0,
+                  "replicas": [1, 2, 3],                  # since issue 17; absent: the topic's list
+                  "adding_replicas": [3], "removing_replicas": [4]}   # only during a move
     controller   {"node_id": 1, "epoch": 7}
 """
 
@@ -216,23 +218,38 @@ def topic_from_json(value: object) -> tuple[uuid.UUID, Mapping[str, Value], tupl
 
 
 def partition_state_to_json(partition: PartitionImage) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "leader": partition.leader,
         "leader_epoch": partition.leader_epoch,
         "isr": list(partition.isr),
         "partition_epoch": partition.partition_epoch,
+        "replicas": list(partition.replicas),
     }
+    if partition.adding_replicas:
+        doc["adding_replicas"] = list(partition.adding_replicas)
+    if partition.removing_replicas:
+        doc["removing_replicas"] = list(partition.removing_replicas)
+    return doc
 
 
 def partition_state_from_json(value: object, index: int, replicas: tuple[int, ...]) -> PartitionImage:
+    """One partition's state; ``replicas`` is the fallback for a record written before the state held
+    its own replica list (the topic's list). A record without the move fields has no move."""
     doc = expect_dict(value, "partition")
+    own = int_list(doc["replicas"], "replicas") if "replicas" in doc else replicas
+    adding = int_list(doc.get("adding_replicas", []), "adding_replicas")
+    removing = int_list(doc.get("removing_replicas", []), "removing_replicas")
+    if not set(adding) <= set(own) or not set(removing) <= set(own) or set(adding) & set(removing):
+        raise CorruptValueError(f"adding {list(adding)} / removing {list(removing)} do not fit replicas {list(own)}")
     return PartitionImage(
         index,
         expect_int(required(doc, "leader"), "leader"),
         expect_int(required(doc, "leader_epoch"), "leader_epoch"),
-        replicas,
+        own,
         int_list(required(doc, "isr"), "isr"),
         expect_int(doc.get("partition_epoch", 0), "partition_epoch"),
+        adding,
+        removing,
     )
 
 

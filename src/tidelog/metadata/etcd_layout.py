@@ -9,7 +9,8 @@ Keys, relative to ``/<prefix>/`` (values are ``codec``'s JSON forms, UTF-8)::
     controller                    {"node_id", "epoch"}              under the controller's lease
     controller_epoch              int                               CAS by each new controller
     topics/<name>                 {"topic_id", "configs", "replicas": [[1, 2, 3], ...]}
-    partitions/<name>/<index>     {"leader", "leader_epoch", "isr", "partition_epoch"}
+    partitions/<name>/<index>     {"leader", "leader_epoch", "isr", "partition_epoch", "replicas",
+                                   "adding_replicas"?, "removing_replicas"?}
     broker_configs                {"key": value, ...}               dynamic broker configs
     acls                          [acl, ...]
     scram                         [credential, ...]
@@ -21,7 +22,9 @@ Invariants of :class:`KeyTable` (the decoded mirror of the prefix):
 - a key whose new value is corrupt keeps its previous good value (if any) in the image; the problem is
   returned to the caller, which reports it with the key;
 - a topic's partitions come from ``topics/<name>`` (how many, and their replicas) plus one
-  ``partitions/<name>/<i>`` each; a partition whose state key is missing or never decoded shows as
+  ``partitions/<name>/<i>`` each; the partition key's own ``replicas`` win over the topic key's (a
+  reassignment rewrites only the partition key, so one move is one compare-and-set on one key; a
+  partition key written before issue 17 has none and takes the topic's); a partition whose state key is missing or never decoded shows as
   offline (leader -1, empty ISR); partition keys without their topic key are ignored.
 
 A commit writes the keys whose JSON differs between the image the writer started from (``base``) and
@@ -201,7 +204,7 @@ class KeyTable:
             state: PartitionImage | None = self.value(partition_key(name, index))
             if state is None:
                 state = PartitionImage(index, -1, 0, (), ())  # offline until a good state is written
-            partitions.append(replace(state, replicas=assigned))
+            partitions.append(state if state.replicas else replace(state, replicas=assigned))
         return TopicImage(name, topic_id, tuple(partitions), configs)
 
 

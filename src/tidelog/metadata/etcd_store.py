@@ -261,10 +261,10 @@ class EtcdMetadataStore:
                               new: PartitionImage) -> bool:
         """Replace one partition's state if it is still ``expected``; False when someone changed it first.
 
-        Only the state (leader, leader_epoch, isr, partition_epoch) is written; replicas stay.
+        Only the partition's key is written (leader, epochs, ISR, replicas and a move in progress).
         """
-        if new.index != index or new.replicas != expected.replicas:
-            raise ValueError("alter_partition changes a partition's state, not its index or replicas")
+        if new.index != index:
+            raise ValueError("alter_partition changes a partition's state, not its index")
         current = self.image.topics.get(topic)
         if current is None or not 0 <= index < len(current.partitions) or current.partitions[index] != expected:
             return False

@@ -33,8 +33,25 @@ class PartitionImage:
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
-    # Bumped on every change of leader or ISR (Kafka's partition epoch); CAS-guarded in etcd.
+    # Bumped on every change of leader, ISR or replicas (Kafka's partition epoch); CAS-guarded in etcd.
     partition_epoch: int = 0
+    # A reassignment in progress (KIP-455): ``replicas`` is the target followed by the replicas
+    # leaving, ``adding_replicas`` = target - original, ``removing_replicas`` = original - target.
+    # Both empty: no move. The target is ``replicas - removing``, the original ``replicas - adding``.
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.adding_replicas)
 
 
 @dataclass(frozen=True, slots=True)

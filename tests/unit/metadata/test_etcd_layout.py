@@ -110,7 +110,7 @@ def test_an_isr_change_writes_one_partition_guarded_by_its_topic() -> None:
     plan = plan_commit(base, base.with_partition("t", replace(p0, isr=(), partition_epoch=1)))
     assert list(plan.puts) == ["partitions/t/0"] and plan.parents == ("topics/t",)
     assert codec.decode(plan.puts["partitions/t/0"]) == {"leader": 1, "leader_epoch": 0, "isr": [],
-                                                         "partition_epoch": 1}
+                                                         "partition_epoch": 1, "replicas": [1]}
 
 
 def test_a_config_change_writes_the_topic_key_only() -> None:

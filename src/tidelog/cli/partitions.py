@@ -1,0 +1,256 @@
+"""``tidelog partitions reassign|list-reassignments``: kafka-reassign-partitions.sh's moves.
+
+``reassign --generate`` proposes an assignment of the topics in a topics-to-move JSON over a broker list
+(Kafka's rack-aware placement); ``--execute`` starts the moves of a reassignment JSON
+(AlterPartitionReassignments) after printing the current assignment for rollback, and with ``--wait``
+follows them to the end; ``--verify`` says, per partition, whether its move completed; ``--cancel``
+cancels the moves of the listed partitions (their original replicas come back). The JSON formats are
+Kafka's (``cli.reassign_plan``), so either tool reads the other's files.
+
+``list-reassignments`` shows the moves in progress (ListPartitionReassignments) with the bytes already
+on the adding replicas (DescribeLogDirs); ``--watch`` repeats it with the copy rate and the time left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaException
+
+from tidelog.cli import reassign_calls
+from tidelog.cli.common import (
+    CliError,
+    Output,
+    add_json_option,
+    admin_client,
+    client_config,
+    command_adder,
+    kafka_error_text,
+    result,
+)
+from tidelog.cli.reassign_plan import (
+    Assignment,
+    PlanError,
+    Sample,
+    TopicPartition,
+    dumps,
+    generate,
+    parse_reassignment,
+    parse_topics_to_move,
+    progress_line,
+)
+from tidelog.cli.wire import Wire
+
+EXAMPLES = """\
+examples:
+  echo '{"version":1,"topics":[{"topic":"orders"}]}' > move.json
+  tidelog partitions reassign --generate --topics-to-move-json-file move.json --broker-list 1,2,4 > plan.txt
+  tidelog partitions reassign --execute --reassignment-json-file plan.json --wait
+  tidelog partitions reassign --verify --reassignment-json-file plan.json
+  tidelog partitions reassign --cancel --reassignment-json-file plan.json
+  tidelog partitions list-reassignments --watch
+
+Plain TCP or the listener's TLS/SASL (the reassignment requests are sent by tidelog itself, not librdkafka).
+"""
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser("partitions", help="move partitions between brokers (reassignments)",
+                            description="Partition reassignments, with kafka-reassign-partitions.sh's JSON files.",
+                            epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="partitions_command", required=True, metavar="COMMAND")
+    command = command_adder(commands, EXAMPLES)
+    reassign = command("reassign", "generate, execute, verify or cancel a reassignment", _reassign)
+    mode = reassign.add_mutually_exclusive_group(required=True)
+    for flag in ("generate", "execute", "verify", "cancel"):
+        mode.add_argument(f"--{flag}", action="store_true")
+    reassign.add_argument("--topics-to-move-json-file", metavar="FILE", help="for --generate")
+    reassign.add_argument("--broker-list", metavar="IDS", help="for --generate: brokers to place on, e.g. 1,2,3")
+    reassign.add_argument("--reassignment-json-file", metavar="FILE", help="for --execute, --verify, --cancel")
+    reassign.add_argument("--wait", action="store_true", help="with --execute: show progress until every move is done")
+    listing = command("list-reassignments", "moves in progress, with bytes copied", _list)
+    listing.add_argument("--watch", action="store_true", help="repeat every --interval seconds until no move is left")
+    listing.add_argument("--interval", type=float, default=2.0, metavar="SECONDS")
+    add_json_option(listing, "the moves")
+
+
+def _read(path: str | None, flag: str) -> str:
+    if not path:
+        raise CliError(f"this mode needs --{flag}", 2)
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}", 2) from None
+
+
+def wire_of(args: argparse.Namespace) -> Wire:
+    return Wire(client_config(args), args.timeout)
+
+
+def current_assignment(args: argparse.Namespace) -> tuple[Assignment, dict[int, str | None], dict[int, tuple[str, int]]]:
+    """(every partition's replicas, broker → rack, broker → address) from Metadata and DescribeCluster."""
+    admin = admin_client(args)
+    try:
+        metadata = admin.list_topics(timeout=args.timeout)
+    except KafkaException as exc:
+        raise CliError(kafka_error_text(exc)) from None
+    cluster = result(admin.describe_cluster(request_timeout=args.timeout), args)
+    assignment = {(str(t.topic), int(p.id)): [int(r) for r in p.replicas]
+                  for t in metadata.topics.values() for p in t.partitions.values()}
+    racks: dict[int, str | None] = {int(n.id): n.rack for n in cluster.nodes}
+    addresses = {int(b.id): (str(b.host), int(b.port)) for b in metadata.brokers.values()}
+    return assignment, racks, addresses
+
+
+def _reassign(args: argparse.Namespace) -> int:
+    try:
+        if args.generate:
+            return _generate(args)
+        plan = parse_reassignment(_read(args.reassignment_json_file, "reassignment-json-file"))
+    except PlanError as exc:
+        raise CliError(str(exc), 2) from None
+    if args.execute:
+        return _execute(args, plan)
+    if args.verify:
+        return _verify(args, plan)
+    return _cancel(args, plan)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    topics = parse_topics_to_move(_read(args.topics_to_move_json_file, "topics-to-move-json-file"))
+    if not args.broker_list:
+        raise CliError("--generate needs --broker-list", 2)
+    try:
+        wanted = [int(b) for b in args.broker_list.split(",") if b.strip()]
+    except ValueError:
+        raise CliError(f"--broker-list {args.broker_list!r} is not a list of broker ids", 2) from None
+    current, racks, _ = current_assignment(args)
+    unknown = [b for b in wanted if b not in racks]
+    if unknown:
+        raise CliError(f"brokers {unknown} are not in the cluster")
+    proposed = generate(current, topics, {b: racks[b] for b in wanted})
+    print("Current partition replica assignment")
+    print(dumps({tp: r for tp, r in current.items() if tp in proposed}))
+    print()
+    print("Proposed partition reassignment configuration")
+    print(dumps(proposed))
+    return 0
+
+
+def _execute(args: argparse.Namespace, plan: Assignment) -> int:
+    current, _, addresses = current_assignment(args)
+    missing = sorted(tp for tp in plan if tp not in current)
+    if missing:
+        raise CliError("partitions that do not exist: " + ", ".join(f"{t}-{p}" for t, p in missing))
+    print("Current partition replica assignment")
+    print()
+    print(dumps({tp: current[tp] for tp in plan}))
+    print()
+    print("Save this to use as the --reassignment-json-file option during rollback")
+    wire = wire_of(args)
+    failed = _report(reassign_calls.alter(wire, dict(plan)))
+    started = [tp for tp in sorted(plan) if tp not in failed]
+    if started:
+        print("Successfully started partition reassignments for " + ",".join(f"{t}-{p}" for t, p in started))
+    if args.wait and started:
+        follow(wire, addresses, started, sys.stderr)
+    return 1 if failed else 0
+
+
+def _report(answers: dict[TopicPartition, tuple[str, str | None]]) -> set[TopicPartition]:
+    failed = set()
+    for (topic, index), (error, message) in sorted(answers.items()):
+        if error != "NONE":
+            failed.add((topic, index))
+            print(f"Error reassigning partition(s):\n{topic}-{index}: {error}{': ' + message if message else ''}",
+                  file=sys.stderr)
+    return failed
+
+
+def _verify(args: argparse.Namespace, plan: Assignment) -> int:
+    current, _, _ = current_assignment(args)
+    moving = reassign_calls.ongoing(wire_of(args))
+    print("Status of partition reassignment:")
+    problems = 0
+    for tp in sorted(plan):
+        name = f"{tp[0]}-{tp[1]}"
+        if tp in moving:
+            print(f"Reassignment of partition {name} is still in progress.")
+        elif current.get(tp) == plan[tp]:
+            print(f"Reassignment of partition {name} is completed.")
+        else:
+            problems += 1
+            print(f"There is no active reassignment of partition {name}, but replica set is "
+                  f"{current.get(tp)} rather than {plan[tp]}.")
+    return 1 if problems else 0
+
+
+def _cancel(args: argparse.Namespace, plan: Assignment) -> int:
+    failed = _report(reassign_calls.alter(wire_of(args), dict.fromkeys(plan)))
+    cancelled = [tp for tp in sorted(plan) if tp not in failed]
+    if cancelled:
+        print("Successfully cancelled partition reassignments for: " + ",".join(f"{t}-{p}" for t, p in cancelled))
+    return 1 if failed else 0
+
+
+def sample(wire: Wire, addresses: dict[int, tuple[str, int]], moving: reassign_calls.Ongoing) -> Sample:
+    """Bytes on the adding replicas of ``moving`` against the leader-side size they will reach."""
+    sizes = reassign_calls.replica_sizes(wire, addresses)
+    copied = total = 0
+    for (topic, index), (replicas, adding, _) in moving.items():
+        full = max((sizes.get((r, topic, index), 0) for r in replicas if r not in adding), default=0)
+        for broker in adding:
+            copied += min(full, sizes.get((broker, topic, index), 0))
+            total += full
+    return Sample(time.monotonic(), copied, total)
+
+
+def follow(wire: Wire, addresses: dict[int, tuple[str, int]], partitions: Collection[TopicPartition], out: Any,
+           interval: float = 1.0, timeout: float | None = None) -> None:
+    """Print a progress line every ``interval`` until none of ``partitions`` is moving."""
+    wanted = set(partitions)
+    previous: Sample | None = None
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        moving = {tp: v for tp, v in reassign_calls.ongoing(wire).items() if tp in wanted}
+        now = sample(wire, addresses, moving)
+        print(progress_line(len(wanted) - len(moving), len(wanted), previous, now), file=out, flush=True)
+        if not moving:
+            return
+        if deadline is not None and time.monotonic() > deadline:
+            raise CliError(f"{len(moving)} move(s) still in progress after {timeout:g} s (run again to keep following)")
+        previous = now
+        time.sleep(interval)
+
+
+def _list(args: argparse.Namespace) -> int:
+    wire = wire_of(args)
+    _, _, addresses = current_assignment(args)
+    out = Output(args.json)
+    previous: Sample | None = None
+    while True:
+        moving = reassign_calls.ongoing(wire)
+        sizes = reassign_calls.replica_sizes(wire, addresses) if moving else {}
+        rows: list[dict[str, Any]] = []
+        for (topic, index), (replicas, adding, removing) in sorted(moving.items()):
+            full = max((sizes.get((r, topic, index), 0) for r in replicas if r not in adding), default=0)
+            copied = sum(min(full, sizes.get((b, topic, index), 0)) for b in adding)
+            rows.append({"topic": topic, "partition": index, "replicas": replicas, "adding": adding,
+                         "removing": removing, "bytes_copied": copied, "bytes_total": full * len(adding)})
+        if args.json:
+            out.json(rows)
+        else:
+            out.table(["TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING", "COPIED", "OF"],
+                      [(r["topic"], r["partition"], r["replicas"], r["adding"], r["removing"], r["bytes_copied"],
+                        r["bytes_total"]) for r in rows])
+            now = Sample(time.monotonic(), sum(r["bytes_copied"] for r in rows), sum(r["bytes_total"] for r in rows))
+            out.note(progress_line(0, len(rows), previous, now).split(", ", 1)[-1] if rows else "no reassignment in progress")
+            previous = now
+        if not args.watch or not moving:
+            return 0
+        time.sleep(args.interval)
