@@ -30,8 +30,11 @@ FAST_SESSION = {
 
 
 class Cluster:
-    def __init__(self, workdir: Path, size: int = 3, overrides: Mapping[str, object] | None = None) -> None:
+    def __init__(self, workdir: Path, size: int = 3, overrides: Mapping[str, object] | None = None,
+                 per_node: Mapping[int, Mapping[str, object]] | None = None) -> None:
+        """``per_node``: settings of one broker (node id → settings) over ``overrides``."""
         self.workdir = Path(workdir)
+        self.per_node = dict(per_node or {})
         self.etcd = EtcdProcess(self.workdir / "etcd")
         self.brokers: dict[int, BrokerProcess] = {}
         self.size = size
@@ -42,6 +45,7 @@ class Cluster:
         for node in range(1, self.size + 1):
             self.brokers[node] = BrokerProcess(self.workdir / f"broker-{node}", {
                 "node.id": node, "broker.rack": f"r{node}", "metadata.store": self.etcd.store_url(), **self.overrides,
+                **self.per_node.get(node, {}),
             })
         with ThreadPoolExecutor(len(self.brokers)) as pool:
             list(pool.map(lambda b: b.start(timeout), self.brokers.values()))

@@ -207,6 +207,8 @@ class BrokerNode:
             self.node_id, ctx.rack,
             tuple(BrokerEndpoint(e.name, e.host, e.port, e.security_protocol) for e in ctx.endpoints),
             uuid.uuid4().hex,
+            _weight(self.config.get("broker.weight")),
+            _optional_str(self.config.get("broker.rack.group")),
         )
         session_ms = self.config.get_int("broker.session.timeout.ms")
         heartbeat_ms = self.config.get_int("broker.heartbeat.interval.ms")
@@ -344,3 +346,11 @@ class BrokerNode:
         await self._stop.wait()
         log.info("shutting down")
         await self.stop()
+
+
+def _optional_str(value: object) -> str | None:
+    return None if value is None or value == "" else str(value)
+
+
+def _weight(value: object) -> float:
+    return float(value) if isinstance(value, int | float) else 1.0

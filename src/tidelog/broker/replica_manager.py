@@ -13,6 +13,11 @@ replica of becomes one of:
 
 A partition whose topic left the image, or that no longer lists this broker, has its log deleted.
 
+Nearest-replica reads (KIP-392): with ``replica.selector.class`` set to Kafka's rack-aware selector,
+``preferred_read_replica`` names an in-sync follower in a consumer's rack
+(``replication.read_replica``); a follower serves such consumers from its own log up to the high
+watermark its fetcher last got from the leader (``follower_log``).
+
 Producers waiting for acks=all wait here (``wait_for_high_watermark``) until the high watermark passes
 their batch. A broker whose metadata lease is in doubt (``store.lease_valid()`` false: no renewal for
 ``broker.session.timeout.ms`` minus two heartbeats) refuses writes as leader, so it stops acting as
@@ -28,11 +33,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from tidelog.common.config import BrokerConfig
+from tidelog.common.config import RACK_AWARE_SELECTOR, BrokerConfig
 from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.metadata.image import BrokerRegistration, ClusterImage, PartitionImage
 from tidelog.replication.fetcher import FetcherSettings, FollowerFetcher
 from tidelog.replication.leader_state import IsrProposal, LeaderState
+from tidelog.replication.read_replica import LEADER, ReplicaView, select_read_replica
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.manager import LogManager
@@ -86,6 +92,7 @@ class ReplicaManager:
         self.lag_time_max_ms = config.get_int("replica.lag.time.max.ms")
         self.listener = self.inter_broker_listener(config)
         self.settings = fetcher_settings(config)
+        self.rack_aware_reads = config.get("replica.selector.class") == RACK_AWARE_SELECTOR
         self.leaders: dict[TopicPartition, LeaderState] = {}
         self.followed: dict[TopicPartition, int] = {}
         self.fetchers: dict[int, FollowerFetcher] = {}
@@ -225,7 +232,8 @@ class ReplicaManager:
     def _fetcher(self, leader: int) -> FollowerFetcher:
         fetcher = self.fetchers.get(leader)
         if fetcher is None:
-            fetcher = FollowerFetcher(self.node_id, leader, lambda: self.address_of(leader), self.logs, self.settings)
+            fetcher = FollowerFetcher(self.node_id, leader, lambda: self.address_of(leader), self.logs, self.settings,
+                                      on_high_watermark=self.wake_fetches)
             self.fetchers[leader] = fetcher
             fetcher.start()
         return fetcher
@@ -253,6 +261,31 @@ class ReplicaManager:
         if state is None:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         return state
+
+    def follower_log(self, tp: TopicPartition) -> PartitionLog:
+        """The log of a partition this broker follows, for a consumer's read (KIP-392);
+        NOT_LEADER_OR_FOLLOWER if it neither leads nor follows it."""
+        plog = self.logs.get_log(*tp) if tp in self.followed else None
+        if plog is None:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return plog
+
+    def preferred_read_replica(self, tp: TopicPartition, client_rack: str | None, fetch_offset: int) -> int:
+        """The follower a consumer in ``client_rack`` should read ``tp`` from, or -1 (read here)."""
+        state = self.leaders.get(tp)
+        plog = self.logs.get_log(*tp)
+        if not self.rack_aware_reads or not client_rack or state is None or plog is None:
+            return LEADER
+        brokers = self.store.image.brokers
+
+        def rack(node_id: int) -> str | None:
+            registration = brokers.get(node_id)
+            return registration.rack if registration is not None else None
+
+        leader = ReplicaView(self.node_id, rack(self.node_id), plog.log_end_offset, 0)
+        followers = [ReplicaView(b, rack(b), leo, since) for b, leo, since in state.in_sync_followers(self.now_ms())
+                     if b in brokers]  # a broker whose session ended cannot be reached
+        return select_read_replica(client_rack, leader, followers, fetch_offset)
 
     def check_writable(self, tp: TopicPartition, acks: int, min_insync: int) -> LeaderState:
         state = self.leader_state(tp)

@@ -8,7 +8,9 @@ On a single node it then creates or deletes the partition logs; on start,
 yet created or not yet deleted).
 
 In a cluster (``clustered``) any broker may serve these requests: replicas are placed over the live
-brokers with Kafka's rack-aware assignment (``controller.placement``), each partition starts led by its
+brokers by the topic's ``placement.policy`` (``controller.placement_policy``: Kafka's rack-aware
+assignment by default, or the weighted consistent-hash ring; CreateTopics' own policy override counts,
+and explicit replica assignments bypass placement), each partition starts led by its
 first replica with every replica in the ISR, and the commit is a compare-and-set in etcd (a racing
 creation of the same topic loses with TOPIC_ALREADY_EXISTS). A commit that cannot be written (the
 metadata disk is full) changes nothing and answers KAFKA_STORAGE_ERROR, as Kafka answers a failed log dir. Logs are created and deleted by each
@@ -24,7 +26,7 @@ from dataclasses import dataclass, replace
 from tidelog.common.config import BrokerConfig, Value, parse_topic_configs, resolve_topic_config
 from tidelog.common.errors import ConfigError, ErrorCode, KafkaError
 from tidelog.common.names import topic_name_problem
-from tidelog.controller.placement import assign_replicas
+from tidelog.controller.placement_policy import PlacementBroker, place
 from tidelog.metadata.errors import StaleMetadataError
 from tidelog.metadata.image import ClusterImage, PartitionImage, TopicImage, add_partitions, new_topic
 from tidelog.metadata.store import MetadataStore
@@ -61,14 +63,18 @@ class TopicAdmin:
         self.node_id = node_id
         self.clustered = clustered
 
-    def _brokers(self) -> dict[int, str | None]:
-        """Live brokers and their racks: the registrations in a cluster, this node alone otherwise; drained
-        brokers (``placement.excluded.brokers``) are left out."""
+    def _brokers(self) -> list[PlacementBroker]:
+        """Live brokers as placement sees them: the registrations in a cluster, this node alone otherwise;
+        drained brokers (``placement.excluded.brokers``) are left out."""
         if not self.clustered:
-            return {self.node_id: None}
+            return [PlacementBroker(self.node_id)]
         listed = self.config.get("placement.excluded.brokers")
         excluded = {int(b) for b in listed} if isinstance(listed, list) else set()
-        return {b.node_id: b.rack for b in self.store.image.brokers.values() if b.node_id not in excluded}
+        return [PlacementBroker(b.node_id, b.rack, b.rack_group, b.weight)
+                for b in self.store.image.live_brokers() if b.node_id not in excluded]
+
+    def _policy(self, overrides: Mapping[str, Value]) -> str:
+        return str(resolve_topic_config(self.config, overrides)["placement.policy"])
 
     def _placed(self, name: str, replicas: Sequence[Sequence[int]], configs: Mapping[str, Value]) -> TopicImage:
         topic = new_topic(name, len(replicas), self.node_id, configs)
@@ -149,11 +155,16 @@ class TopicAdmin:
                     f"Unable to replicate the partition {replication_factor} time(s): The target replication "
                     f"factor of {replication_factor} cannot be reached because only {len(brokers)} broker(s) are registered.",
                 )
-            assignments = list(enumerate(assign_replicas(brokers, num_partitions, replication_factor)))
         try:
             overrides = self._parse_configs(configs)
         except ConfigError as exc:
             return _fail(ErrorCode.INVALID_CONFIG, str(exc))
+        if not assignments:
+            try:
+                placed = place(self._policy(overrides), self._brokers(), name, 0, num_partitions, replication_factor)
+            except KafkaError as exc:
+                return _fail(exc.code, exc.message)
+            assignments = list(enumerate(placed))
         topic = self._placed(name, [r for _, r in sorted(assignments)], overrides)
         if validate_only:
             return Outcome(topic=topic)
@@ -184,7 +195,8 @@ class TopicAdmin:
                 return _fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list.")
             if len(set(replicas)) != len(replicas):
                 return _fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes duplicate replicas.")
-            live = self._brokers()
+            # Drained brokers may still be named explicitly (Kafka checks registration only).
+            live = {b.node_id for b in self.store.image.live_brokers()} if self.clustered else {self.node_id}
             unknown = [r for r in replicas if r not in live]
             if unknown:
                 return _fail(
@@ -236,8 +248,8 @@ class TopicAdmin:
             return _fail(ErrorCode.INVALID_PARTITIONS, f"Topic would have more than {MAX_PARTITIONS} partitions.")
         if self.clustered:
             try:
-                placed = assign_replicas(self._brokers(), count - current, len(topic.partitions[0].replicas),
-                                         first_partition=current)
+                placed = place(self._policy(topic.configs), self._brokers(), name, current, count - current,
+                               len(topic.partitions[0].replicas))
             except KafkaError as exc:
                 return _fail(exc.code, exc.message)
             grown = replace(topic, partitions=topic.partitions + tuple(

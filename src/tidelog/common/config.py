@@ -164,6 +164,22 @@ def one_of(*choices: str) -> Callable[[Value], str | None]:
     return check
 
 
+# controller/placement_policy.py's policies (named here so the catalogue can validate them).
+PLACEMENT_POLICIES = ("rack-aware", "consistent-hash")
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
+
+def _replica_selector(value: Value) -> str | None:
+    if value in (None, "", RACK_AWARE_SELECTOR):
+        return None
+    return f"tidelog knows {RACK_AWARE_SELECTOR} (nearest-replica reads) or empty (the leader serves every read)"
+
+
+def _positive(value: Value) -> str | None:
+    assert isinstance(value, int | float)
+    return None if value > 0 else "must be larger than 0"
+
+
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 _B, _T = Scope.BROKER, Scope.TOPIC
@@ -206,11 +222,16 @@ _TOPIC: list[Setting] = [
     Setting("local.retention.bytes", Type.LONG, -2, "Local retention with tiered storage (-2: retention.bytes).", _T, True, at_least(-2), "log.local.retention.bytes"),
     Setting("remote.log.copy.disable", Type.BOOLEAN, False, "Stop copying to the remote tier (accepted, not applied).", _T, True),
     Setting("remote.log.delete.on.disable", Type.BOOLEAN, False, "Delete remote data when tiering is disabled (accepted, not applied).", _T, True),
+    # tidelog's own (docs/cluster.md#placement-policies): how new partitions of the topic are placed.
+    Setting("placement.policy", Type.STRING, "rack-aware", "tidelog: how the topic's new partitions are placed in a cluster: rack-aware (Kafka's round robin over racks) or consistent-hash (a ring weighted by broker.weight, stable as brokers come and go). Changing it affects partitions added later.", _T, True, one_of(*PLACEMENT_POLICIES), "placement.policy"),
 ]
 
 _BROKER: list[Setting] = [
     Setting("node.id", Type.INT, 1, "This broker's id.", _B, False, at_least(0)),
-    Setting("broker.rack", Type.STRING, None, "Rack of this broker, for rack-aware placement.", _B),
+    Setting("broker.rack", Type.STRING, None, "Rack of this broker, for rack-aware placement and nearest-replica reads (client.rack).", _B),
+    Setting("broker.rack.group", Type.STRING, None, "tidelog: failure group (virtual rack) of this broker for placement; unset: broker.rack. Brokers sharing a group get at most one replica of a partition while groups last.", _B),
+    Setting("broker.weight", Type.DOUBLE, 1.0, "tidelog: this broker's share of the consistent-hash ring (placement.policy=consistent-hash): a broker of weight 2 gets about twice the partitions of one of weight 1.", _B, False, _positive),
+    Setting("replica.selector.class", Type.STRING, None, f"Nearest-replica reads (KIP-392): {RACK_AWARE_SELECTOR} sends a consumer whose client.rack matches an in-sync follower's broker.rack to that follower; unset: consumers read from the leader.", _B, False, _replica_selector),
     Setting("listeners", Type.LIST, ["PLAINTEXT://127.0.0.1:9092"], "Addresses to listen on, NAME://host:port, comma separated.", _B),
     Setting("advertised.listeners", Type.LIST, None, "Addresses clients are told to use (defaults to listeners).", _B, True),
     Setting("listener.security.protocol.map", Type.STRING, "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL", "Listener name to security protocol.", _B),

@@ -13,7 +13,9 @@ Forms (the etcd keys that hold them are listed in ``etcd_layout``)::
                   "stored_key": "<base64>", "server_key": "<base64>", "iterations": 8192}
     broker       {"node_id": 1, "rack": "r1" | null, "incarnation": "<uuid>",
                   "endpoints": [{"name": "PLAINTEXT", "host": "h", "port": 9092,
-                                 "security_protocol": "PLAINTEXT"}]}
+                                 "security_protocol": "PLAINTEXT"}],
+                  "weight": 1.0, "rack_group": "g1" | null}
+                 (weight and rack_group are optional: older registrations lack them)
     topic        {"topic_id": "<uuid>", "configs": {...overrides...}, "replicas": [[1, 2, 3], ...]}
     partition    {"leader": 1, "leader_epoch": 0, "isr": [1, 2, 3], "partition_epoch": 0,
                   "replicas": [1, 2, 3],                  # since issue 17; absent: the topic's list
@@ -175,6 +177,8 @@ def broker_to_json(registration: BrokerRegistration) -> dict[str, Any]:
             for e in registration.endpoints
         ],
         "incarnation": registration.incarnation,
+        "weight": registration.weight,
+        "rack_group": registration.rack_group,
     }
 
 
@@ -190,11 +194,17 @@ def broker_from_json(value: object) -> BrokerRegistration:
             expect_int(required(e, "port"), "endpoint port"),
             expect_str(required(e, "security_protocol"), "security_protocol"),
         ))
+    weight = doc.get("weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0:
+        raise CorruptValueError(f"weight: expected a positive number, got {weight!r}")
+    group = doc.get("rack_group")
     return BrokerRegistration(
         expect_int(required(doc, "node_id"), "node_id"),
         None if rack is None else expect_str(rack, "rack"),
         tuple(endpoints),
         expect_str(required(doc, "incarnation"), "incarnation"),
+        float(weight),
+        None if group is None else expect_str(group, "rack_group"),
     )
 
 

@@ -71,6 +71,15 @@ class BrokerRegistration:
     endpoints: tuple[BrokerEndpoint, ...]
     # Unique per process start, so a restarted broker is told apart from its previous life.
     incarnation: str
+    # Placement inputs (docs/cluster.md): broker.weight and broker.rack.group. Registrations written
+    # before these existed read as weight 1.0 and no group.
+    weight: float = 1.0
+    rack_group: str | None = None
+
+    @property
+    def failure_group(self) -> str | None:
+        """The failure group placement spreads replicas over: the rack group if set, else the rack."""
+        return self.rack_group if self.rack_group is not None else self.rack
 
     def endpoint(self, name: str) -> BrokerEndpoint | None:
         for endpoint in self.endpoints:

@@ -161,6 +161,7 @@ class BrokerMetrics:
         self.bytes_out = r.counter("tidelog_topic_bytes_out_total", "Record batch bytes returned to fetchers, by topic.", topic)
         self.failed_produce = r.counter("tidelog_topic_failed_produce_requests_total", "Partition appends answered with an error, by topic.", topic)
         self.failed_fetch = r.counter("tidelog_topic_failed_fetch_requests_total", "Partition reads answered with an error, by topic.", topic)
+        self.consumer_fetches = r.counter("tidelog_consumer_fetch_partitions_total", "Partitions of consumers' fetches answered with records by this broker as leader or as follower (nearest-replica reads), or sent to a preferred read replica (redirected), by role.", ("role",))
         listener = ("listener",)
         self.connections_opened = r.counter("tidelog_connections_opened_total", "Connections accepted, by listener.", listener)
         self.connections_closed = r.counter("tidelog_connections_closed_total", "Connections closed, by listener.", listener)
@@ -234,6 +235,10 @@ class BrokerMetrics:
     def fetched(self, topic: str, batch_bytes: int) -> None:
         """Record batch bytes of ``topic`` go into a fetch response for a consumer."""
         self.bytes_out.inc((topic,), batch_bytes)
+
+    def consumer_fetch(self, role: str) -> None:
+        """A consumer's fetch of one partition was served here (role leader or follower) or redirected."""
+        self.consumer_fetches.inc((role,))
 
     def fetch_failed(self, topic: str) -> None:
         self.failed_fetch.inc((topic,))

@@ -13,7 +13,8 @@ A broker that follows partitions led by broker L runs one ``FollowerFetcher`` fo
    moves the high watermark from it.
 3. Each partition's batches are appended as the leader wrote them (``append_as_follower``: offsets,
    epochs and producer state from the batches themselves); the follower's high watermark becomes
-   min(leader's high watermark, own log end).
+   min(leader's high watermark, own log end): the bound of what consumers may read here (KIP-392),
+   whose waiting fetches ``on_high_watermark`` wakes.
 
 Errors per partition: OFFSET_OUT_OF_RANGE below the leader's log start restarts the log at the
 leader's start; above the leader's end the partition is reconciled again (the leader changed under
@@ -70,12 +71,15 @@ class FollowerFetcher:
     def __init__(
         self, node_id: int, leader_id: int, address: Callable[[], tuple[str, int] | None], logs: LogManager,
         settings: FetcherSettings, *, on_appended: Callable[[TopicPartition], None] | None = None,
+        on_high_watermark: Callable[[TopicPartition], object] | None = None,
     ) -> None:
         self.node_id, self.leader_id = node_id, leader_id
         self.address = address
         self.logs = logs
         self.settings = settings
         self.on_appended = on_appended
+        # Consumers reading from this follower (KIP-392) wait for its high watermark to move.
+        self.on_high_watermark = on_high_watermark
         self.partitions: dict[TopicPartition, Followed] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -265,7 +269,10 @@ class FollowerFetcher:
             if self.on_appended is not None:
                 self.on_appended(tp)
         high_watermark = int(p.high_watermark)  # type: ignore[attr-defined]
+        before = plog.high_watermark
         plog.update_high_watermark(min(high_watermark, plog.log_end_offset))
+        if plog.high_watermark != before and self.on_high_watermark is not None:
+            self.on_high_watermark(tp)
         leader_start = int(p.log_start_offset)  # type: ignore[attr-defined]
         if plog.log_start_offset < leader_start <= plog.high_watermark:
             # DeleteRecords and retention on the leader move its log start: followers follow (Kafka's rule).

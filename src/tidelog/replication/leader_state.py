@@ -101,6 +101,16 @@ class LeaderState:
             return candidate
         return None
 
+    def in_sync_followers(self, now_ms: int) -> list[tuple[int, int, int]]:
+        """(follower, its log end offset, ms since it was last caught up) for each committed ISR follower
+        heard from in this leadership: the candidates for nearest-replica reads."""
+        found = []
+        for replica in self.isr:
+            progress = self.followers.get(replica)
+            if replica != self.node_id and progress is not None and progress.leo != UNKNOWN:
+                found.append((replica, progress.leo, max(0, now_ms - progress.last_caught_up_ms)))
+        return found
+
     # -- events ------------------------------------------------------------------------------------
 
     def on_append(self, leader_leo: int) -> int | None:

@@ -47,6 +47,18 @@ def test_broker_registration_acl_and_scram_survive_a_round_trip() -> None:
         ("u", "SCRAM-SHA-256"), credential)
 
 
+def test_broker_weight_and_rack_group_survive_a_round_trip() -> None:
+    registration = BrokerRegistration(4, "rack-b", (), "inc-2", weight=2.5, rack_group="power-1")
+    decoded = codec.broker_from_json(roundtrip(codec.broker_to_json(registration)))
+    assert (decoded.weight, decoded.rack_group, decoded.failure_group) == (2.5, "power-1", "power-1")
+
+
+def test_registration_written_before_weights_reads_as_weight_one_without_group() -> None:
+    old = {"node_id": 1, "rack": "r1", "endpoints": [], "incarnation": "i"}
+    decoded = codec.broker_from_json(old)
+    assert (decoded.weight, decoded.rack_group, decoded.failure_group) == (1.0, None, "r1")
+
+
 @pytest.mark.parametrize(("decoder", "doc", "complaint"), [
     (lambda d: codec.partition_state_from_json(d, 0, ()), {"leader": True, "leader_epoch": 0, "isr": []},
      "leader: expected an integer"),
@@ -57,6 +69,10 @@ def test_broker_registration_acl_and_scram_survive_a_round_trip() -> None:
      "config a"),
     (codec.topic_from_json, {"topic_id": str(uuid.uuid4()), "configs": {}, "replicas": [["1"]]}, "replicas"),
     (codec.broker_from_json, {"node_id": 1, "rack": 5, "endpoints": [], "incarnation": "i"}, "rack"),
+    (codec.broker_from_json, {"node_id": 1, "rack": None, "endpoints": [], "incarnation": "i", "weight": 0}, "weight"),
+    (codec.broker_from_json, {"node_id": 1, "rack": None, "endpoints": [], "incarnation": "i", "weight": True}, "weight"),
+    (codec.broker_from_json, {"node_id": 1, "rack": None, "endpoints": [], "incarnation": "i", "rack_group": 3},
+     "rack_group"),
     (codec.scram_from_json, {"user": "u", "mechanism": "m", "salt": "!!", "stored_key": "", "server_key": "",
                              "iterations": 1}, "salt: not base64"),
     (codec.controller_from_json, {"node_id": 1}, "missing field 'epoch'"),

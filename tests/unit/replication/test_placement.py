@@ -25,6 +25,25 @@ def test_rack_unaware_assignment_matches_kafkas_published_example() -> None:
     assert got[5:] == [(0, 2, 3), (1, 3, 4), (2, 4, 0), (3, 0, 1), (4, 1, 2)]
 
 
+def test_rack_aware_assignment_matches_kafkas_published_vector() -> None:
+    # Kafka's AdminRackAwareTest: six brokers on three racks, 7 partitions, RF 3, start index 0 from partition 0.
+    racks = {0: "rack1", 1: "rack3", 2: "rack3", 3: "rack2", 4: "rack2", 5: "rack1"}
+    assert rack_alternated(racks) == [0, 3, 1, 5, 4, 2]
+    assert rack_alternated({b: r for b, r in racks.items() if b != 5}) == [0, 3, 1, 4, 2]
+    assert assign_replicas(racks, 7, 3, fixed_start=0) == [
+        (0, 3, 1), (3, 1, 5), (1, 5, 4), (5, 4, 2), (4, 2, 0), (2, 0, 3), (0, 4, 2),
+    ]
+
+
+def test_added_partitions_keep_kafkas_leader_rotation() -> None:
+    # Kafka places added partitions with startPartitionId = the current count: partition p is led by
+    # layout[(p + start) % n], so leaders keep rotating where the first partitions stopped.
+    racks = {0: "rack1", 1: "rack3", 2: "rack3", 3: "rack2", 4: "rack2", 5: "rack1"}
+    layout = rack_alternated(racks)
+    added = assign_replicas(racks, 6, 3, fixed_start=2, first_partition=7)
+    assert [r[0] for r in added] == [layout[(p + 2) % 6] for p in range(7, 13)]
+
+
 def test_rack_alternated_list_matches_kafkas_documented_example() -> None:
     # getRackAlternatedBrokerList's documented example: rack1 0,1,2; rack2 3,4,5; rack3 6,7,8.
     racks = {b: f"rack{b // 3 + 1}" for b in range(9)}

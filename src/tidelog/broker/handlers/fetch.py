@@ -16,6 +16,14 @@ The rules, Kafka's:
   replica manager, which may move the high watermark and the ISR; it then reads up to the log end,
   not the high watermark. A fetch from a broker that is not a replica, or with a stale or future
   leader epoch, is refused with Kafka's error and changes nothing.
+- Nearest-replica reads (KIP-392), clusters only. A consumer's fetch of v11 or later may be served by
+  a follower: it reads the follower's log up to the high watermark the follower last got from its
+  leader (the last stable offset for read_committed), past the follower's log end it gets
+  OFFSET_OUT_OF_RANGE (clients then go back to the leader), and a broker that neither leads nor
+  follows the partition answers NOT_LEADER_OR_FOLLOWER, as do followers to fetches older than v11.
+  The leader, when ``replica.selector.class`` is the rack-aware selector and the fetch carries a
+  ``rack_id``, may answer with ``preferred_read_replica`` (an in-sync follower in that rack) and no
+  records: the client fetches from there next. Such an answer never waits in the purgatory.
 
 Kafka sends the log slice up to the byte limit, whose last batch may be partial (clients drop it);
 tidelog ends at the last whole batch, found from the offset index without walking the batches before
@@ -44,6 +52,7 @@ from tidelog.broker.response_writer import FileSlices
 from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.protocol.encoders.fetch import FetchPartitionResult, FetchResult
 from tidelog.protocol.headers import RequestHeader
+from tidelog.storage.log import PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +75,16 @@ class PartitionRead:
     data: Any = None  # storage FetchData, or None
     size: int = 0
     aborted: list[tuple[int, int]] | None = None
+    preferred_read_replica: int = -1
+    by_follower: bool = False  # a consumer's read served from this broker's follower replica
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRead:
+    """What a consumer's fetch says about where it may be served (KIP-392); None for followers' fetches."""
+
+    follower_ok: bool  # Fetch v11+: a follower may serve it
+    client_rack: str | None
 
 
 def _requested_partitions(ctx: BrokerContext, request: Any, version: int) -> tuple[
@@ -96,17 +115,44 @@ def _topic_name(image: Any, topic: Any, version: int) -> tuple[str, Any]:
     return topic.topic, None
 
 
+def _consumer_log(ctx: BrokerContext, tp: TopicPartition, consumer: ConsumerRead, result: PartitionRead) -> PartitionLog:
+    try:
+        return partition_log(ctx, *tp)  # in a cluster: NOT_LEADER_OR_FOLLOWER unless led here
+    except KafkaError as exc:
+        if exc.code is not ErrorCode.NOT_LEADER_OR_FOLLOWER or ctx.replicas is None or not consumer.follower_ok:
+            raise
+        result.by_follower = True
+        return ctx.replicas.follower_log(tp)
+
+
+def _redirected(ctx: BrokerContext, result: PartitionRead, plog: PartitionLog, consumer: ConsumerRead) -> bool:
+    """The leader sends the consumer to a replica in its rack: offsets, no records (Kafka's answer)."""
+    if ctx.replicas is None or result.by_follower or not consumer.client_rack:
+        return False
+    preferred = ctx.replicas.preferred_read_replica(result.tp, consumer.client_rack, result.state.fetch_offset)
+    if preferred < 0:
+        return False
+    result.preferred_read_replica = preferred
+    result.high_watermark = plog.high_watermark
+    result.last_stable_offset = plog.last_stable_offset
+    result.log_start_offset = plog.log_start_offset
+    return True
+
+
 def _read_partition(
     ctx: BrokerContext, tp: TopicPartition, state: SessionPartition, leader_epoch: int,
-    max_bytes: int, min_one_batch: bool, read_committed: bool, replica: bool = False,
+    max_bytes: int, min_one_batch: bool, read_committed: bool, consumer: ConsumerRead | None = None,
 ) -> PartitionRead:
     result = PartitionRead(tp, state)
     topic, partition = tp
+    replica = consumer is None
     try:
         if topic.startswith("\x00"):
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)
-        plog = partition_log(ctx, topic, partition)  # in a cluster: NOT_LEADER_OR_FOLLOWER unless led here
+        plog = partition_log(ctx, topic, partition) if consumer is None else _consumer_log(ctx, tp, consumer, result)
         check_leader_epoch(ctx, topic, partition, leader_epoch)
+        if consumer is not None and _redirected(ctx, result, plog, consumer):
+            return result
         if replica:
             limit: int | None = None  # followers copy up to the log end
         else:
@@ -133,9 +179,10 @@ def _read_partition(
 
 def _read_all(
     ctx: BrokerContext, fetch_ctx: FetchContext, epochs: dict[TopicPartition, int], max_bytes: int, read_committed: bool,
-    denied: frozenset[str], refused: dict[TopicPartition, ErrorCode] | None = None,
+    denied: frozenset[str], refused: dict[TopicPartition, ErrorCode] | None, consumer: ConsumerRead,
 ) -> list[PartitionRead]:
-    """``refused`` (follower fetches): partitions the replica manager refused, with their error."""
+    """``refused`` (follower fetches): partitions the replica manager refused, with their error;
+    None for a consumer's fetch, described by ``consumer``."""
     results = []
     remaining = max_bytes
     for tp, state in fetch_ctx.partitions:
@@ -148,7 +195,8 @@ def _read_all(
         first_with_data = remaining == max_bytes
         budget = max(0, min(state.max_bytes, remaining))
         result = _read_partition(
-            ctx, tp, state, epochs.get(tp, -1), budget, first_with_data, read_committed, replica=refused is not None
+            ctx, tp, state, epochs.get(tp, -1), budget, first_with_data, read_committed,
+            None if refused is not None else consumer,
         )
         remaining -= result.size
         results.append(result)
@@ -173,10 +221,11 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
     refused = _follower_fetched(ctx, request, fetch_ctx, epochs, denied)
     if refused is not None:
         read_committed = False  # followers copy everything; isolation is for consumers
+    consumer = ConsumerRead(version >= 11, getattr(request, "rack_id", None) or None)
     while True:
-        results = _read_all(ctx, fetch_ctx, epochs, max_bytes, read_committed, denied, refused)
+        results = _read_all(ctx, fetch_ctx, epochs, max_bytes, read_committed, denied, refused, consumer)
         enough = sum(r.size for r in results) >= request.min_bytes
-        errors = any(r.error is not ErrorCode.NONE for r in results)
+        errors = any(r.error is not ErrorCode.NONE or r.preferred_read_replica >= 0 for r in results)
         remaining = deadline - loop.time()
         if enough or errors or remaining <= 0 or not tps or ctx.purgatory.closed:
             break
@@ -196,6 +245,9 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
             ctx.metrics.fetched(r.tp[0], r.size)
         elif r.error is not ErrorCode.NONE:
             ctx.metrics.fetch_failed(r.tp[0])
+        if refused is None and (r.size or r.preferred_read_replica >= 0):
+            role = "redirected" if r.preferred_read_replica >= 0 else "follower" if r.by_follower else "leader"
+            ctx.metrics.consumer_fetch(role)
     return _response(fetch_ctx, results, version)
 
 
@@ -244,7 +296,7 @@ def _response(fetch_ctx: FetchContext, results: list[PartitionRead], version: in
         if not fetch_ctx.should_include(
             r.tp, r.state, has_records=has_records, error=r.error, high_watermark=r.high_watermark,
             last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
-        ):
+        ) and r.preferred_read_replica < 0:
             continue
         aborted: tuple[tuple[int, int], ...] | None = None
         if r.error in LOOKUP_ERRORS:
@@ -256,7 +308,8 @@ def _response(fetch_ctx: FetchContext, results: list[PartitionRead], version: in
         topic, partition = r.tp
         topic_ids[topic] = r.state.topic_id
         by_topic.setdefault(topic, []).append(FetchPartitionResult(
-            partition, r.error, r.high_watermark, r.last_stable_offset, r.log_start_offset, aborted, -1, records,
+            partition, r.error, r.high_watermark, r.last_stable_offset, r.log_start_offset, aborted,
+            r.preferred_read_replica, records,
         ))
     topics = [(topic, topic_ids[topic], partitions) for topic, partitions in by_topic.items()]
     return FetchResult(version, ErrorCode.NONE, fetch_ctx.response_session_id, topics)
