@@ -21,7 +21,7 @@ from helpers.etcd_process import EtcdCluster, EtcdProcess, SilentLink
 from tidelog.metadata.errors import DuplicateBrokerError, MetadataStoreUnavailable, StaleMetadataError
 from tidelog.metadata.etcd_client import EtcdClient, Put, WatchBatch, WatchReset
 from tidelog.metadata.etcd_store import EtcdMetadataStore
-from tidelog.metadata.image import BrokerEndpoint, BrokerRegistration, ClusterImage, new_topic
+from tidelog.metadata.image import BrokerEndpoint, BrokerRegistration, ClusterImage, add_partitions, new_topic
 
 T = TypeVar("T")
 SESSION_MS, HEARTBEAT_MS = 2000, 500
@@ -368,3 +368,22 @@ def test_brokers_move_off_a_silent_etcd_member_without_being_fenced(tmp_path: Pa
     finally:
         link.close()
         cluster.close()
+
+
+def test_a_topic_of_thousands_of_partitions_is_created_grown_and_seen_by_another_store(url: str) -> None:
+    """One key per creation: etcd refuses transactions of more than 128 operations by default."""
+
+    async def scenario() -> None:
+        writer, reader = await broker_store(url, 1), await broker_store(url, 2)
+        try:
+            await writer.commit(writer.image.with_topic(new_topic("wide", 3000, 1, {})))
+            topic = writer.image.topics["wide"]
+            await writer.commit(writer.image.with_topic(add_partitions(topic, 4000, 1)))
+            await eventually(lambda: len(getattr(reader.image.topics.get("wide"), "partitions", ())) == 4000,
+                             what="the other store sees 4000 partitions")
+            last = reader.image.topics["wide"].partitions[-1]
+            assert (last.index, last.leader, last.isr, last.replicas) == (3999, 1, (1,), (1,))
+        finally:
+            await closing(writer, reader)
+
+    run(scenario())

@@ -27,7 +27,7 @@ from tidelog.common.config import BrokerConfig, Value, parse_topic_configs, reso
 from tidelog.common.errors import ConfigError, ErrorCode, KafkaError
 from tidelog.common.names import topic_name_problem
 from tidelog.controller.placement_policy import PlacementBroker, place
-from tidelog.metadata.errors import StaleMetadataError
+from tidelog.metadata.errors import MetadataStoreUnavailable, StaleMetadataError
 from tidelog.metadata.image import ClusterImage, PartitionImage, TopicImage, add_partitions, new_topic
 from tidelog.metadata.store import MetadataStore
 from tidelog.storage.log_config import LogConfig
@@ -90,6 +90,9 @@ class TopicAdmin:
             await self.store.commit(image)
         except StaleMetadataError as exc:
             return _fail(ErrorCode.NOT_CONTROLLER, f"The metadata changed concurrently; retry ({exc})")
+        except MetadataStoreUnavailable as exc:  # etcd out of reach or refusing the write: nothing changed
+            log.warning("the cluster metadata could not be written: %s", exc)
+            return _fail(ErrorCode.REQUEST_TIMED_OUT, f"The cluster metadata could not be written: {exc}")
         except OSError as exc:  # the local metadata file could not be written (a full disk); nothing changed
             log.error("the cluster metadata could not be written: %s", exc)
             return _fail(ErrorCode.KAFKA_STORAGE_ERROR, f"The cluster metadata could not be written: {exc.strerror or exc}")

@@ -24,8 +24,12 @@ Invariants of :class:`KeyTable` (the decoded mirror of the prefix):
 - a topic's partitions come from ``topics/<name>`` (how many, and their replicas) plus one
   ``partitions/<name>/<i>`` each; the partition key's own ``replicas`` win over the topic key's (a
   reassignment rewrites only the partition key, so one move is one compare-and-set on one key; a
-  partition key written before issue 17 has none and takes the topic's); a partition whose state key is missing or never decoded shows as
-  offline (leader -1, empty ISR); partition keys without their topic key are ignored.
+  partition key written before issue 17 has none and takes the topic's); a partition whose state key was
+  never written is in its *initial state* (led by its first replica, every replica in sync, epochs 0:
+  what creation places), so creating a topic or adding partitions writes the topic key alone and stays
+  one operation however many partitions (etcd refuses transactions of more than 128 operations by
+  default); a state key that exists but never decoded shows as offline (leader -1, empty ISR);
+  partition keys without their topic key are ignored.
 
 A commit writes the keys whose JSON differs between the image the writer started from (``base``) and
 the image it wants; ``cluster_id``, ``brokers/*``, ``controller`` and ``controller_epoch`` are never
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -201,11 +206,19 @@ class KeyTable:
             previous = None
         partitions = []
         for index, assigned in enumerate(replicas):
-            state: PartitionImage | None = self.value(partition_key(name, index))
-            if state is None:
+            key = partition_key(name, index)
+            state: PartitionImage | None = self.value(key)
+            if state is None and key not in self.entries:
+                state = initial_state(index, assigned)
+            elif state is None:
                 state = PartitionImage(index, -1, 0, (), ())  # offline until a good state is written
             partitions.append(state if state.replicas else replace(state, replicas=assigned))
         return TopicImage(name, topic_id, tuple(partitions), configs)
+
+
+def initial_state(index: int, replicas: tuple[int, ...]) -> PartitionImage:
+    """A partition's state until its key is first written: what topic creation places."""
+    return PartitionImage(index, replicas[0] if replicas else -1, 0, replicas, replicas)
 
 
 # -- what a commit writes -------------------------------------------------------------------------
@@ -240,7 +253,8 @@ def plan_commit(base: ClusterImage, new: ClusterImage) -> CommitPlan:
     for name, topic in new.topics.items():
         old = base.topics.get(name)
         stored_partitions = 0 if old is None else len(old.partitions)
-        if old is not None and old.topic_id != topic.topic_id:
+        replaced = old is not None and old.topic_id != topic.topic_id
+        if replaced:
             old = None  # deleted and created again: every key is new
         topic_doc = codec.topic_to_json(topic)
         if old is None or _changed(codec.topic_to_json(old), topic_doc):
@@ -248,9 +262,15 @@ def plan_commit(base: ClusterImage, new: ClusterImage) -> CommitPlan:
         old_parts = () if old is None else old.partitions
         for p in topic.partitions:
             doc = codec.partition_state_to_json(p)
-            if p.index >= len(old_parts) or _changed(codec.partition_state_to_json(old_parts[p.index]), doc):
+            if p.index >= len(old_parts):
+                if p != initial_state(p.index, p.replicas):  # a new partition in its initial state needs no key
+                    puts[partition_key(name, p.index)] = codec.encode(doc)
+            elif _changed(codec.partition_state_to_json(old_parts[p.index]), doc):
                 puts[partition_key(name, p.index)] = codec.encode(doc)
         deletes.extend(partition_key(name, i) for i in range(len(topic.partitions), stored_partitions))
+        if replaced:  # the old topic's states must not stand for the new topic's initial ones
+            deletes.extend(k for k in map(partial(partition_key, name), range(min(len(topic.partitions), stored_partitions)))
+                           if k not in puts)
         if topic_key(name) not in puts and any(k.startswith(partitions_prefix(name)) for k in (*puts, *deletes)):
             parents.append(topic_key(name))
     deleted_topics = tuple(name for name in base.topics if name not in new.topics)

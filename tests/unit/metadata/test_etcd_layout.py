@@ -18,6 +18,7 @@ from tidelog.metadata.image import (
     BrokerRegistration,
     ClusterImage,
     PartitionImage,
+    add_partitions,
     new_topic,
 )
 
@@ -122,11 +123,29 @@ def test_a_config_change_writes_the_topic_key_only() -> None:
 def test_new_deleted_and_recreated_topics() -> None:
     base = base_image()
     created = plan_commit(base, base.with_topic(new_topic("u", 2, 1, {})))
-    assert sorted(created.puts) == ["partitions/u/0", "partitions/u/1", "topics/u"]
+    assert sorted(created.puts) == ["topics/u"]  # partitions in their initial state need no key
     assert plan_commit(base, base.without_topic("t")).deleted_topics == ("t",)
     recreated = plan_commit(base, base.with_topic(new_topic("t", 1, 1, {})))
-    assert sorted(recreated.puts) == ["partitions/t/0", "topics/t"]
-    assert recreated.deletes == ("partitions/t/1",)
+    assert sorted(recreated.puts) == ["topics/t"]
+    assert sorted(recreated.deletes) == ["partitions/t/0", "partitions/t/1"]  # the old topic's states go
+
+
+def test_a_topic_of_thousands_of_partitions_is_created_and_grown_by_one_key() -> None:
+    """etcd refuses transactions of more than 128 operations by default: creation must not scale with partitions."""
+    base = base_image()
+    big = new_topic("big", 2000, 1, {})
+    assert list(plan_commit(base, base.with_topic(big)).puts) == ["topics/big"]
+    created = base.with_topic(big)
+    grown = plan_commit(created, created.with_topic(add_partitions(big, 5000, 1)))
+    assert list(grown.puts) == ["topics/big"] and grown.deletes == ()
+    led_elsewhere = replace(big, partitions=(*big.partitions[:-1], PartitionImage(1999, 1, 1, (1,), (1,), 1)))
+    assert sorted(plan_commit(base, base.with_topic(led_elsewhere)).puts) == ["partitions/big/1999", "topics/big"]
+
+
+def test_a_partition_whose_key_was_never_written_is_in_its_initial_state() -> None:
+    _, image = loaded(("topics/t", topic_doc(uuid.uuid4(), [[2, 1], [1, 2]])), ("partitions/t/1", state(2, [2])))
+    assert image.topics["t"].partitions == (PartitionImage(0, 2, 0, (2, 1), (2, 1)),
+                                            PartitionImage(1, 2, 0, (1, 2), (2,)))
 
 
 def test_cluster_wide_values_are_written_when_changed_and_session_fields_never() -> None:
