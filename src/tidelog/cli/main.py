@@ -21,6 +21,7 @@ from tidelog.cli import (
     dev_cluster,
     gateway,
     groups,
+    log_dirs,
     partitions,
     perf,
     produce,
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "serve, WARNING for the client commands)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (serve, dev_cluster, gateway, agent, topics, configs, produce, consume, groups, transactions, cluster,
-                   partitions, brokers, acls, users, perf):
+                   partitions, brokers, acls, users, perf, log_dirs):
         module.add_parser(sub)
     return parser
 

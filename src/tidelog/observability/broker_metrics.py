@@ -63,6 +63,8 @@ class PartitionLogView(Protocol):
     def recovery_truncations(self) -> int: ...
     @property
     def truncated_bytes(self) -> int: ...
+    @property
+    def damaged_ranges(self) -> Sequence[object]: ...
 
 
 class LogDirView(Protocol):
@@ -80,8 +82,20 @@ class LogDirView(Protocol):
     def usable_bytes(self) -> int: ...
 
 
+class ScrubberView(Protocol):
+    """storage's ``Scrubber``: its running totals."""
+
+    @property
+    def verified_bytes(self) -> int: ...
+    @property
+    def damage_found(self) -> int: ...
+
+
 class LogSource(Protocol):
     """What the metrics read from the log manager (storage's ``LogManager`` has it)."""
+
+    @property
+    def scrubber(self) -> ScrubberView: ...
 
     def all_logs(self) -> Sequence[PartitionLogView]: ...
     def describe_log_dirs(self) -> Sequence[LogDirView]: ...
@@ -311,6 +325,7 @@ def collect_logs(source: LogSource) -> list[MetricFamily]:
     producers = MetricFamily("tidelog_log_producer_ids", "Producer ids with state in the partition.", "gauge", tp)
     cuts = MetricFamily("tidelog_log_recovery_truncations_total", "Times recovery cut a damaged or torn tail off the partition's log when the broker started (only partitions it happened to).", "counter", tp)
     cut_bytes = MetricFamily("tidelog_log_recovery_truncated_bytes_total", "Bytes recovery removed from the partition's log when the broker started (only partitions it happened to).", "counter", tp)
+    damaged = MetricFamily("tidelog_log_damaged_ranges", "Damaged ranges the scrubber knows in the partition's log (fetches of their offsets answer CORRUPT_MESSAGE; only partitions that have some).", "gauge", tp)
     offline_partitions = 0
     for log in source.all_logs():
         if log.offline:
@@ -325,8 +340,12 @@ def collect_logs(source: LogSource) -> list[MetricFamily]:
         if log.recovery_truncations:
             cuts.add(labels, log.recovery_truncations)
             cut_bytes.add(labels, log.truncated_bytes)
+        if log.damaged_ranges:
+            damaged.add(labels, len(log.damaged_ranges))
     offline = MetricFamily("tidelog_offline_partitions", "Partitions whose log is offline (I/O error).", "gauge").add((), offline_partitions)
-    return [start, end, hw, size, producers, cuts, cut_bytes, offline, *collect_log_dirs(source)]
+    scrubbed = MetricFamily("tidelog_log_scrubber_verified_bytes_total", "Bytes of closed segments the scrubber read and verified.", "counter").add((), source.scrubber.verified_bytes)
+    found = MetricFamily("tidelog_log_scrubber_damaged_ranges_found_total", "Damaged ranges the scrubber found since the broker started.", "counter").add((), source.scrubber.damage_found)
+    return [start, end, hw, size, producers, cuts, cut_bytes, damaged, offline, scrubbed, found, *collect_log_dirs(source)]
 
 
 def collect_log_dirs(source: LogSource) -> list[MetricFamily]:

@@ -16,6 +16,11 @@ A broker that follows partitions led by broker L runs one ``FollowerFetcher`` fo
    min(leader's high watermark, own log end): the bound of what consumers may read here (KIP-392),
    whose waiting fetches ``on_high_watermark`` wakes.
 
+Repair: a followed partition in which the scrubber found a damaged range (storage/scrubber.py) is
+truncated to the range's first offset before the next fetch, which then copies that range and
+everything after it from the leader again (the whole suffix: Kafka's truncate-and-refetch rule, simple
+and correct, at the cost of refetching the good batches after the range).
+
 Errors per partition: OFFSET_OUT_OF_RANGE below the leader's log start restarts the log at the
 leader's start; above the leader's end the partition is reconciled again (the leader changed under
 it). NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH / UNKNOWN_TOPIC_OR_PARTITION:
@@ -208,6 +213,13 @@ class FollowerFetcher:
                         plog.topic, plog.partition, leo, target, self.leader_id, epoch)
             plog.truncate_to(target)
 
+    def _repair(self, plog: PartitionLog) -> None:
+        damaged = plog.damaged_ranges[0]
+        log.warning("repairing %s-%d from leader %d: truncating from %d to %d, the start of damaged %s, to fetch it again",
+                    plog.topic, plog.partition, self.leader_id, plog.log_end_offset, damaged.start_offset,
+                    damaged.describe())
+        plog.truncate_to(damaged.start_offset)
+
     def _rest(self, tp: TopicPartition, followed: Followed, error: ErrorCode, what: str) -> None:
         followed.resting_until = asyncio.get_running_loop().time() + self.settings.backoff_ms / 1000
         (log.debug if error in STALE_LEADER else log.warning)(
@@ -222,6 +234,8 @@ class FollowerFetcher:
             plog = self._log((topic, index))
             if plog is None:
                 continue
+            if plog.damaged_ranges:
+                self._repair(plog)
             by_topic.setdefault(topic, []).append(fetch_request.FetchPartition(
                 partition=i32(index), current_leader_epoch=i32(followed.leader_epoch),
                 fetch_offset=i64(plog.log_end_offset), log_start_offset=i64(plog.log_start_offset),

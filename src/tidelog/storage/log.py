@@ -66,6 +66,8 @@ from tidelog.protocol.records import (
     set_log_append_time,
     set_partition_leader_epoch,
 )
+from tidelog.storage.checkpoint import CheckpointError
+from tidelog.storage.damage import DamagedRange, read_damage, write_damage
 from tidelog.storage.leader_epoch import LeaderEpochCache
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.producer_state import SUFFIX as SNAPSHOT_SUFFIX
@@ -203,6 +205,7 @@ class PartitionLog:
         self.epoch_cache = LeaderEpochCache(directory)
         self.producers = ProducerStateManager(directory, producer_id_expiration_ms)
         self._load(recovery_point, log_start_offset, clean_shutdown, self._last_flush_ms)
+        self._damaged = self._load_damage()
         if hw_follows_leo:
             self._high_watermark = self.log_end_offset
         else:  # replicated: the checkpointed high watermark (replication-offset-checkpoint), else the recovery point
@@ -267,6 +270,19 @@ class PartitionLog:
         # Recovery reset the .txnindex of the segments it re-read: their aborts are indexed again.
         reindex_from = self._segments[recover_from].base_offset if recover_from < len(self._segments) else None
         self._rebuild_producer_state(leo, reindex_from)
+
+    def _load_damage(self) -> list[DamagedRange]:
+        try:
+            known = read_damage(self.dir)
+        except CheckpointError as exc:
+            log.warning("ignoring unreadable damaged-ranges file of %s-%d (the scrubber finds them again): %s",
+                        self.topic, self.partition, exc)
+            return []
+        kept = [r for r in known if self.log_start_offset <= r.end_offset and r.start_offset < self.log_end_offset]
+        for r in kept:
+            log.error("%s-%d has a damaged range (found by the scrubber earlier): %s", self.topic, self.partition,
+                      r.describe())
+        return kept
 
     def _report_truncation(self, seg: LogSegment, cut_at: int, last: int | None, later_segments: int) -> None:
         offsets = f"offsets {seg.next_offset} to {last}" if last is not None and last >= seg.next_offset else \
@@ -407,6 +423,58 @@ class PartitionLog:
         with self._lock:
             self._high_watermark = max(self.log_start_offset, min(offset, self.log_end_offset))
             return self._high_watermark
+
+    # -- damage found by the scrubber ----------------------------------------------------------
+
+    @property
+    def damaged_ranges(self) -> tuple[DamagedRange, ...]:
+        return tuple(self._damaged)
+
+    def record_damage(self, seg: LogSegment, found: DamagedRange, still_damaged: Callable[[], bool]) -> bool:
+        """Remember ``found`` (in ``seg``) and persist it; False when it is already known, or when ``seg`` is
+        no longer a closed segment of this log or ``still_damaged()`` (called under the lock, so no
+        truncation or append runs meanwhile) says the bytes are fine after all."""
+        with self._lock:
+            self._check_online()
+            closed = any(s is seg for s in self._segments[:-1]) and not seg.deleted
+            known = any(r.segment_base == found.segment_base and r.position == found.position for r in self._damaged)
+            if not closed or known or not still_damaged():
+                return False
+            self._damaged = sorted([*self._damaged, found])
+            self._save_damage()
+            return True
+
+    def forget_damage(self) -> None:
+        """Drop every known range (after the data was replaced, e.g. by a repair)."""
+        with self._lock:
+            if self._damaged:
+                self._damaged = []
+                self._save_damage()
+
+    def _prune_damage(self) -> None:
+        """Drop the ranges whose offsets left the log (truncation, retention); under the lock."""
+        kept = [r for r in self._damaged
+                if r.end_offset >= self.log_start_offset and r.start_offset < self.log_end_offset]
+        if len(kept) != len(self._damaged):
+            self._damaged = kept
+            self._save_damage()
+
+    def _save_damage(self) -> None:
+        try:
+            write_damage(self.dir, self._damaged)
+        except OSError as exc:
+            raise self._io_failed(exc, "record damaged ranges") from exc
+
+    def _damage_bound(self, offset: int, max_offset: int | None) -> int | None:
+        """``max_offset`` lowered to the first damaged range after ``offset``; CORRUPT_MESSAGE when
+        ``offset`` is in one (under the lock)."""
+        for r in self._damaged:
+            if r.holds(offset):
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
+                                 f"offset {offset} of {self.topic}-{self.partition} is in a damaged range: {r.describe()}")
+            if r.start_offset > offset:
+                return r.start_offset if max_offset is None else min(max_offset, r.start_offset)
+        return max_offset
 
     def _check_online(self) -> None:
         if self.offline:
@@ -760,6 +828,8 @@ class PartitionLog:
             if offset < self.log_start_offset or offset > leo:
                 raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
                                  f"offset {offset} outside [{self.log_start_offset}, {leo}]")
+            if self._damaged:
+                max_offset = self._damage_bound(offset, max_offset)
             if offset == leo or (max_offset is not None and offset >= max_offset):
                 # Nothing to read (a consumer at the tail, waiting for the next append): no file access.
                 return FetchData([], self._high_watermark, self.log_start_offset, leo, self.last_stable_offset,
@@ -894,6 +964,7 @@ class PartitionLog:
             self.recovery_point = min(self.recovery_point, leo)
             self.producers.delete_snapshots(above=leo)
             self._rebuild_producer_state(leo)
+            self._prune_damage()
             return leo
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -912,6 +983,7 @@ class PartitionLog:
             self.epoch_cache.clear()
             self.producers.delete_snapshots(above=-1)
             self.producers.reset(offset)
+            self._prune_damage()
 
     def delete_records_before(self, offset: int, *, now_ms: int | None = None) -> int:
         """DeleteRecords: move the log start offset up to ``offset``; return the new log start.
@@ -942,6 +1014,7 @@ class PartitionLog:
             self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
             self.epoch_cache.truncate_from_start(self.log_start_offset)
             self.producers.delete_snapshots(below=self._segments[0].base_offset)
+            self._prune_damage()
         return count
 
     def _retire(self, seg: LogSegment, now_ms: int) -> None:

@@ -6,6 +6,7 @@ Each log dir holds one directory per partition (``<topic>-<partition>``, see log
     log-start-offset-checkpoint        each partition's log start offset (checkpoint.py)
     replication-offset-checkpoint      each partition's high watermark (clusters only: written when
                                        the high watermark does not simply follow the log end)
+    scrubber-checkpoint                the scrubber's pass and cursor per partition (scrubber.py)
     .kafka_cleanshutdown               present only between a clean shutdown and the next start
     <topic>-<partition>.<32 hex>-delete   a deleted partition whose files are being removed
 
@@ -20,7 +21,9 @@ Background (:meth:`LogManager.start_background`), each in its own daemon thread:
 * flusher every ``log.flush.scheduler.interval.ms`` (at most 1 s): fsyncs each log whose ``flush.ms``
   elapsed since its last flush;
 * checkpoints every ``log.flush.offset.checkpoint.interval.ms``: both offset checkpoint files;
-* the cleaner every ``log.cleaner.backoff.ms`` (when ``log.cleaner.enable`` and cleaner.py is present).
+* the cleaner every ``log.cleaner.backoff.ms`` (when ``log.cleaner.enable`` and cleaner.py is present);
+* the scrubber (when ``log.scrubber.enable``): re-verifies closed segments at
+  ``log.scrubber.bytes.per.second`` and records damaged ranges (scrubber.py, damage.py).
 
 Failures: an I/O error other than ENOSPC on a log takes its whole log dir offline; its partitions then
 raise StorageError (KAFKA_STORAGE_ERROR) while other dirs keep working. ENOSPC fails only the append
@@ -51,6 +54,7 @@ from tidelog.common.errors import ErrorCode, KafkaError, StorageError
 from tidelog.storage.checkpoint import CheckpointError, OffsetCheckpointFile, fsync_dir
 from tidelog.storage.log import PartitionLog, parse_dir_name
 from tidelog.storage.log_config import LogConfig
+from tidelog.storage.scrubber import Scrubber
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +133,9 @@ class LogManager:
         cleaner_backoff_ms: int = 15_000,
         producer_id_expiration_ms: int = 86_400_000,
         hw_follows_leo: bool = True,
+        scrubber_enable: bool = True,
+        scrubber_bytes_per_second: int = 10 * 1024 * 1024,
+        scrubber_interval_ms: int = 7 * 86_400_000,
         clock: Callable[[], int] = _now_ms,
     ) -> None:
         self.dirs = [_LogDir(Path(p)) for p in log_dirs]
@@ -144,10 +151,13 @@ class LogManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.hw_follows_leo = hw_follows_leo
         self.clock = clock
+        self.scrubber_enable = scrubber_enable
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._log_dir: dict[tuple[str, int], _LogDir] = {}
         self._stop = threading.Event()
+        self.scrubber = Scrubber(self._scrubbed_logs, bytes_per_second=scrubber_bytes_per_second,
+                                 interval_ms=scrubber_interval_ms, stop=self._stop, clock_ms=clock)
         self._threads: list[threading.Thread] = []
         self._cleaner: Any = None
         self._started = False
@@ -170,6 +180,9 @@ class LogManager:
             "cleaner_enable": bool(config.get("log.cleaner.enable")),
             "cleaner_backoff_ms": num("log.cleaner.backoff.ms"),
             "producer_id_expiration_ms": num("producer.id.expiration.ms"),
+            "scrubber_enable": bool(config.get("log.scrubber.enable")),
+            "scrubber_bytes_per_second": num("log.scrubber.bytes.per.second"),
+            "scrubber_interval_ms": num("log.scrubber.interval.ms"),
         }
         kwargs.update(overrides)
         return cls(log_dirs, **kwargs)  # type: ignore[arg-type]
@@ -434,6 +447,16 @@ class LogManager:
             thread = _Periodic(name, interval_ms / 1000, fn, self._stop)
             thread.start()
             self._threads.append(thread)
+        if self.scrubber_enable:
+            scrub = threading.Thread(target=self.scrubber.run, name="log-scrubber", daemon=True)
+            scrub.start()
+            self._threads.append(scrub)
+
+    def _scrubbed_logs(self) -> list[tuple[Path, PartitionLog]]:
+        """(log dir, log) of every log in an online dir, for the scrubber."""
+        with self._lock:
+            return [(d.path, self._logs[key]) for key, d in sorted(self._log_dir.items(), key=lambda kv: kv[0])
+                    if not d.offline]
 
     def stop_background(self) -> None:
         self._stop.set()
