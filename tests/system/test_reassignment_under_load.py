@@ -29,15 +29,13 @@ from kafka import TopicPartition as KTP
 
 from helpers.broker_process import register_failure_report
 from helpers.checker import Checker
-from helpers.cluster import Cluster
+from helpers.cluster import STEADY_SESSION, Cluster
 
 pytestmark = pytest.mark.slow
 PARTITIONS = 3
 BROKERS = (1, 2, 3)
 LOADED_MACHINE_SESSION = {
-    "broker.session.timeout.ms": 5000,
-    "broker.heartbeat.interval.ms": 1000,
-    "replica.lag.time.max.ms": 8000,
+    **STEADY_SESSION,
     "offsets.topic.num.partitions": 3,  # the group's coordinator; 50 partitions would only add load
 }
 RESTART_TIMEOUT_S = 60.0
