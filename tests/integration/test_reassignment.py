@@ -23,7 +23,7 @@ from kafka.errors import (
 )
 
 from helpers.broker_process import register_failure_report
-from helpers.cluster import Cluster
+from helpers.cluster import STEADY_SESSION, Cluster
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> list[object]:
@@ -52,7 +52,7 @@ def read_all(bootstrap: str, topic: str, expected: int, timeout: float = 20.0) -
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[Cluster]:
     register_failure_report(pytestconfig)
-    started = Cluster(tmp_path_factory.mktemp("reassign")).start()
+    started = Cluster(tmp_path_factory.mktemp("reassign"), overrides=STEADY_SESSION).start()
     yield started
     started.close()
 
