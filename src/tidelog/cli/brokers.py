@@ -92,8 +92,10 @@ def _drain(args: argparse.Namespace) -> int:
     total = len(todo) + len(in_flight)
     print(f"{total} partition(s) to move off broker {args.broker}"
           f"{f' ({len(in_flight)} already moving)' if in_flight else ''}.", flush=True)
-    with ProgressOutput(sys.stdout) as progress:
-        failed = _move_in_batches(args, wire, addresses, plan.moves, todo, in_flight, progress)
+    failed = 0
+    if total:
+        with ProgressOutput(sys.stdout) as progress:
+            failed = _move_in_batches(args, wire, addresses, plan.moves, todo, in_flight, progress)
     if failed or plan.stuck:
         print(f"Broker {args.broker} still holds replicas: {failed} move(s) refused, {len(plan.stuck)} with no "
               "broker to take them. Run drain again once that is fixed.", file=sys.stderr)
