@@ -28,6 +28,16 @@ FAST_SESSION = {
     "leader.imbalance.check.interval.seconds": 2,
 }
 
+# For tests that do not measure how fast a dead broker is noticed: a broker (or etcd) starved of CPU
+# for a few seconds on a loaded machine keeps its lease (fenced after 3 s without a renewal, where
+# FAST_SESSION fences after 2 s and etcd expires the lease after 3 s), instead of every broker
+# re-registering at once whenever etcd stalls.
+STEADY_SESSION = {
+    "broker.session.timeout.ms": 5000,
+    "broker.heartbeat.interval.ms": 1000,
+    "replica.lag.time.max.ms": 8000,
+}
+
 
 class Cluster:
     def __init__(self, workdir: Path, size: int = 3, overrides: Mapping[str, object] | None = None,

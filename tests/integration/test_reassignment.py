@@ -1,6 +1,7 @@
 """Partition reassignments on three brokers, driven by kafka-python's admin client (confluent-kafka
 2.16 has no AlterPartitionReassignments): a move with its data, leadership leaving a removed broker,
-Kafka's errors for bad requests with nothing changed, and a cancelled move restoring the replicas.
+Kafka's errors for bad requests with nothing changed, a cancelled move restoring the replicas, and
+leadership back on the preferred replicas (an even leader count) after a broker restarts.
 
 One cluster for the module; each test uses its own topics.
 """
@@ -22,7 +23,7 @@ from kafka.errors import (
 )
 
 from helpers.broker_process import register_failure_report
-from helpers.cluster import Cluster
+from helpers.cluster import STEADY_SESSION, Cluster
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> list[object]:
@@ -51,7 +52,7 @@ def read_all(bootstrap: str, topic: str, expected: int, timeout: float = 20.0) -
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[Cluster]:
     register_failure_report(pytestconfig)
-    started = Cluster(tmp_path_factory.mktemp("reassign")).start()
+    started = Cluster(tmp_path_factory.mktemp("reassign"), overrides=STEADY_SESSION).start()
     yield started
     started.close()
 
@@ -131,3 +132,29 @@ def test_a_cancelled_move_restores_the_original_replicas(cluster: Cluster, admin
     assert (leader, restored, isr) == (replicas[0], replicas, replicas)
     assert len(read_all(cluster.bootstrap, "cancelled", 100)) == 100
     cluster.wait_for_brokers({1, 2, 3})
+
+
+def test_after_a_broker_restarts_leadership_returns_to_the_preferred_replicas_evenly(cluster: Cluster) -> None:
+    topic = "balanced"
+    cluster.create_topic(topic, partitions=6, replication=3)
+    preferred = {p: cluster.partition(topic, p)[1][0] for p in range(6)}
+    assert sorted(preferred.values()) == [1, 1, 2, 2, 3, 3], "placement spreads the preferred leaders"
+    restarted = preferred[0]
+    cluster.brokers[restarted].stop()  # controlled shutdown: its leadership moves away first
+    for p, broker in preferred.items():
+        if broker == restarted:
+            cluster.wait_for_leader(topic, p, not_=restarted)
+    cluster.brokers[restarted].start(timeout=60)
+    for p in range(6):
+        cluster.wait_for_isr(topic, p, {1, 2, 3}, timeout=60)
+    # auto.leader.rebalance.enable (default true), checked every 2 s here (FAST_SESSION).
+    deadline = time.monotonic() + 30
+    leaders = {}
+    while time.monotonic() < deadline:
+        leaders = {p: cluster.partition(topic, p)[0] for p in range(6)}
+        if leaders == preferred:
+            break
+        time.sleep(0.5)
+    assert leaders == preferred
+    counts = [list(leaders.values()).count(b) for b in (1, 2, 3)]
+    assert max(counts) - min(counts) <= 1, counts

@@ -1,10 +1,18 @@
-"""Partitions moved while producers (acks=all, idempotent) and a consumer run, on four brokers.
+"""Partitions moved while producers (acks=all, idempotent) and a consumer run, on three brokers.
 
 One scenario: every partition of a topic moves to a new replica set (leaders leaving too); then a
-second move starts and the controller is killed with kill -9 in the middle of it: the new controller
-finds the move in etcd and completes it. The checker (helpers/checker.py) then reads everything back:
-nothing lost, nothing duplicated, offsets dense; a consumer that ran throughout never waited more
-than a few seconds for the next record.
+second move starts and the controller is killed with kill -9 in the middle of it: another broker
+becomes controller, finds the moves in etcd (they are still listed: the killed broker is a target of
+some, and cannot copy while dead), and completes them once the killed broker is back. The checker
+(helpers/checker.py) then reads everything back: nothing lost, nothing duplicated, offsets dense; a
+consumer that ran throughout never waited more than a few seconds for the next record.
+
+Timing on a loaded machine (2 cores shared by many test processes): the sessions are longer than
+FAST_SESSION's 3 s (5 s, renewed every second: fenced after 3 s without a renewal), so that a broker
+starved of CPU for two seconds keeps its lease instead of churning registrations; the restart of the
+killed broker may take tens of seconds to answer (importing tidelog alone is 2 s of CPU, 8 s of wall
+time at a load of 16) and is given 60 s. What is checked is not relaxed: no loss, no duplicate, no
+gap, the consumer never waiting 8 s.
 """
 
 from __future__ import annotations
@@ -21,22 +29,22 @@ from kafka import TopicPartition as KTP
 
 from helpers.broker_process import register_failure_report
 from helpers.checker import Checker
-from helpers.cluster import Cluster
+from helpers.cluster import STEADY_SESSION, Cluster
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skip(reason="work in progress: the moves under load and the controller kill pass, but the killed "
-                            "controller's restart did not answer ApiVersions within 30 s on the loaded 2-core machine; "
-                            "not yet seen green end to end"),
-]
+pytestmark = pytest.mark.slow
 PARTITIONS = 3
-BROKERS = (1, 2, 3, 4)
+BROKERS = (1, 2, 3)
+LOADED_MACHINE_SESSION = {
+    **STEADY_SESSION,
+    "offsets.topic.num.partitions": 3,  # the group's coordinator; 50 partitions would only add load
+}
+RESTART_TIMEOUT_S = 60.0
 
 
 @pytest.fixture
 def cluster(tmp_path: Path, pytestconfig: pytest.Config) -> Iterator[Cluster]:
     register_failure_report(pytestconfig)
-    started = Cluster(tmp_path, size=4).start()
+    started = Cluster(tmp_path, size=len(BROKERS), overrides=LOADED_MACHINE_SESSION).start()
     yield started
     started.close()
 
@@ -99,39 +107,49 @@ def start_moves(admin: KafkaAdminClient, plan: dict[KTP, list[int]]) -> None:
 
 def controller_of(cluster: Cluster) -> int:
     admin = cluster.admin()
-    return int(admin.describe_cluster().result(10).controller.id)
+    controller = admin.describe_cluster().result(10).controller
+    return -1 if controller is None else int(controller.id)
+
+
+def moving(admin: KafkaAdminClient, topic: str) -> set[int]:
+    return {tp.partition for tp in admin.list_partition_reassignments() if tp.topic == topic}
 
 
 def test_moves_under_load_lose_nothing_and_survive_a_controller_kill(cluster: Cluster) -> None:
     topic = "moving-load"
     cluster.create_topic(topic, PARTITIONS, 2)
-    checker = Checker(cluster.bootstrap, topic, PARTITIONS, producers=2, rate=100.0).start()
+    checker = Checker(cluster.bootstrap, topic, PARTITIONS, producers=2, rate=50.0).start()
     reader = GapConsumer(cluster.bootstrap, topic)
     reader.start()
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=10000)
     try:
-        checker.wait_for_acks(200, since=checker.started_at)
+        checker.wait_for_acks(100, since=checker.started_at)
         plan = {KTP(topic, p): shifted(cluster.partition(topic, p)[1]) for p in range(PARTITIONS)}
         start_moves(admin, plan)
         wait_until(lambda: all(cluster.partition(topic, tp.partition)[1] == r for tp, r in plan.items()),
                    "the first moves")
-        checker.wait_for_acks(100, since=time.monotonic())
+        checker.wait_for_acks(50, since=time.monotonic())
 
+        wait_until(lambda: controller_of(cluster) in BROKERS, "a controller")
         controller = controller_of(cluster)
         second = {KTP(topic, p): shifted(cluster.partition(topic, p)[1]) for p in range(PARTITIONS)}
+        # Moves that add the controller's broker cannot complete while it is dead: they must outlive it.
+        waiting_for_killed = {tp.partition for tp, r in second.items() if controller in r and controller not in plan[tp]}
+        assert waiting_for_killed, f"no move adds broker {controller}: {second}"
         start_moves(admin, second)
         checker.mark_down(controller)
         cluster.brokers[controller].kill9()
         admin.close()
         admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=10000)
-        # Replicas on the killed broker cannot catch up until it returns: bring it back, then every
-        # move must complete under the new controller.
-        cluster.brokers[controller].start()
+        # Another broker takes over; the moves whose target holds the dead broker are still recorded.
+        wait_until(lambda: controller_of(cluster) not in (-1, controller), "a new controller")
+        assert waiting_for_killed <= moving(admin, topic), "a move was lost or completed without its target"
+        cluster.brokers[controller].start(RESTART_TIMEOUT_S)
         checker.mark_up(controller)
         wait_until(lambda: all(cluster.partition(topic, tp.partition)[1] == r for tp, r in second.items()),
-                   "the moves begun before the controller died")
-        wait_until(lambda: not admin.list_partition_reassignments(), "no move left")
-        checker.wait_for_acks(100, since=time.monotonic())
+                   "the moves begun before the controller died", timeout=60.0)
+        wait_until(lambda: not moving(admin, topic), "no move left")
+        checker.wait_for_acks(50, since=time.monotonic())
     finally:
         checker.stop()
         admin.close()

@@ -212,17 +212,6 @@ class BrokerNode:
         )
         session_ms = self.config.get_int("broker.session.timeout.ms")
         heartbeat_ms = self.config.get_int("broker.heartbeat.interval.ms")
-        # A previous life of this node (kill -9, then a quick restart) holds the key until its lease
-        # expires: wait that long. A key still held after it belongs to another live process.
-        give_up = time.monotonic() + (session_ms + 2 * heartbeat_ms) / 1000
-        while True:
-            try:
-                await store.register_broker(registration, session_ms, heartbeat_ms)
-                break
-            except DuplicateBrokerError:
-                if time.monotonic() >= give_up:
-                    raise
-                await asyncio.sleep(heartbeat_ms / 2000)
         topics = ctx.topics
 
         def min_insync(topic: str) -> int:
@@ -235,13 +224,28 @@ class BrokerNode:
             return topics.log_config(known) if known is not None else LogConfig.from_topic_config(
                 resolve_topic_config(self.config, {}))
 
+        replicas = ReplicaManager(self.node_id, self.config, store, ctx.logs, log_config, min_insync,
+                                  ctx.purgatory.notify, ctx.now_ms)
+        # The logs' disk work before the lease exists: once registered, the event loop must stay free
+        # for the keep-alives (a loop held for session.timeout - 2 heartbeats fences the broker).
+        await asyncio.get_running_loop().run_in_executor(None, replicas.open_logs, store.image)
+        # A previous life of this node (kill -9, then a quick restart) holds the key until its lease
+        # expires: wait that long. A key still held after it belongs to another live process.
+        give_up = time.monotonic() + (session_ms + 2 * heartbeat_ms) / 1000
+        while True:
+            try:
+                await store.register_broker(registration, session_ms, heartbeat_ms)
+                break
+            except DuplicateBrokerError:
+                if time.monotonic() >= give_up:
+                    raise
+                await asyncio.sleep(heartbeat_ms / 2000)
+
         def unclean_allowed(topic: str) -> bool:
             known = store.image.topics.get(topic)
             return known is not None and bool(topics.resolved_config(known).get("unclean.leader.election.enable"))
 
         store.subscribe(self._apply_config_changes)
-        replicas = ReplicaManager(self.node_id, self.config, store, ctx.logs, log_config, min_insync,
-                                  ctx.purgatory.notify, ctx.now_ms)
         ctx.replicas = replicas
         store.subscribe(replicas.on_image)
         replicas.start()

@@ -174,6 +174,7 @@ class ReplicaManager:
         plog = self.logs.get_log(*tp)
         if plog is not None and self._topic_ids.get(tp) == topic_id:
             return plog
+        recorded = None
         if plog is not None:
             recorded = read_topic_id(plog.dir)
             if recorded is not None and recorded != topic_id:
@@ -181,12 +182,25 @@ class ReplicaManager:
                             *tp, encode_topic_id(recorded), encode_topic_id(topic_id))
                 self._release(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
                 self.logs.delete_log(*tp)
-                plog = None
+                plog = recorded = None
         if plog is None:
             plog = self.logs.create_log(tp[0], tp[1], self.log_config(tp[0]))
-        write_topic_id(plog.dir, topic_id)
+        if recorded != topic_id:  # an fsync per partition: only when the file does not say so already
+            write_topic_id(plog.dir, topic_id)
         self._topic_ids[tp] = topic_id
         return plog
+
+    def open_logs(self, image: ClusterImage) -> None:
+        """Open (or create) the log of every partition ``image`` places on this broker: the disk work
+        of the first ``apply``. Run in a thread before the broker registers: on the event loop it
+        would hold up the lease's keep-alives (two fsyncs per new partition, hundreds of partitions)."""
+        for topic in image.topics.values():
+            for partition in topic.partitions:
+                if self.node_id in partition.replicas:
+                    try:
+                        self._log_of((topic.name, partition.index), topic.topic_id)
+                    except Exception:
+                        log.exception("cannot open the log of %s-%d", topic.name, partition.index)
 
     def _lead(self, tp: TopicPartition, partition: PartitionImage, plog: PartitionLog) -> None:
         current = self.leaders.get(tp)

@@ -12,7 +12,9 @@ Drain, in order:
    broker led a partition its replacement leads it once the move completes (leadership leaves with
    the data, and no broker gains more preferred leaderships than it had).
 3. The moves run in batches of ``--batch-size`` partitions; a batch starts when the previous one is
-   done, and a progress line shows partitions done/total, bytes copied, the rate and the time left.
+   done, and a progress line shows partitions done/total, bytes copied, the rate and the time left:
+   on a terminal one line redrawn in place (rich), otherwise (a pipe, a log) a line per update
+   (``cli.progress``).
 
 Resumable: the plan is computed from the cluster as it is now, so running drain again after an
 interruption skips what moved already and follows moves still in progress (their target no longer
@@ -31,7 +33,9 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from tidelog.cli import reassign_calls
 from tidelog.cli.common import CliError, admin_client, command_adder, result
 from tidelog.cli.partitions import current_assignment, follow, wire_of
-from tidelog.cli.reassign_plan import drain_plan
+from tidelog.cli.progress import ProgressOutput
+from tidelog.cli.reassign_plan import Assignment, TopicPartition, drain_plan
+from tidelog.cli.wire import Wire
 
 EXCLUDED = "placement.excluded.brokers"
 EXAMPLES = """\
@@ -87,28 +91,41 @@ def _drain(args: argparse.Namespace) -> int:
     todo = sorted(plan.moves)
     total = len(todo) + len(in_flight)
     print(f"{total} partition(s) to move off broker {args.broker}"
-          f"{f' ({len(in_flight)} already moving)' if in_flight else ''}.")
-    if in_flight:
-        follow(wire, addresses, in_flight, sys.stdout, timeout=args.move_timeout)
-    done = len(in_flight)
+          f"{f' ({len(in_flight)} already moving)' if in_flight else ''}.", flush=True)
     failed = 0
-    for start in range(0, len(todo), args.batch_size):
-        batch = todo[start:start + args.batch_size]
-        answers = reassign_calls.alter(wire, {tp: plan.moves[tp] for tp in batch})
-        for (topic, index), (error, message) in sorted(answers.items()):
-            if error != "NONE":
-                failed += 1
-                print(f"{topic}-{index}: {error}{': ' + message if message else ''}", file=sys.stderr)
-        started = [tp for tp in batch if answers.get(tp, ("NONE", None))[0] == "NONE"]
-        follow(wire, addresses, started, sys.stdout, timeout=args.move_timeout)
-        done += len(batch)
-        print(f"{done}/{total} partitions moved off broker {args.broker}")
+    if total:
+        with ProgressOutput(sys.stdout) as progress:
+            failed = _move_in_batches(args, wire, addresses, plan.moves, todo, in_flight, progress)
     if failed or plan.stuck:
         print(f"Broker {args.broker} still holds replicas: {failed} move(s) refused, {len(plan.stuck)} with no "
               "broker to take them. Run drain again once that is fixed.", file=sys.stderr)
         return 1
     print(f"Broker {args.broker} holds no replica any more.")
     return 0
+
+
+def _move_in_batches(args: argparse.Namespace, wire: Wire, addresses: dict[int, tuple[str, int]],
+                     moves: Assignment, todo: list[TopicPartition], in_flight: list[TopicPartition],
+                     progress: ProgressOutput) -> int:
+    """Follow the moves already under way, then start and follow ``todo`` batch by batch; the number
+    of moves refused. On a terminal this is one line redrawn in place; otherwise a line per update."""
+    total = len(todo) + len(in_flight)
+    if in_flight:
+        follow(wire, addresses, in_flight, progress, timeout=args.move_timeout, label="already moving: ")
+    done, failed = len(in_flight), 0
+    for start in range(0, len(todo), args.batch_size):
+        batch = todo[start:start + args.batch_size]
+        answers = reassign_calls.alter(wire, {tp: moves[tp] for tp in batch})
+        for (topic, index), (error, message) in sorted(answers.items()):
+            if error != "NONE":
+                failed += 1
+                print(f"{topic}-{index}: {error}{': ' + message if message else ''}", file=sys.stderr)
+        started = [tp for tp in batch if answers.get(tp, ("NONE", None))[0] == "NONE"]
+        follow(wire, addresses, started, progress, timeout=args.move_timeout,
+               label=f"{done}/{total} moved off broker {args.broker}; this batch: ")
+        done += len(batch)
+        progress.update(f"{done}/{total} partitions moved off broker {args.broker}")
+    return failed
 
 
 def _undrain(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ from tidelog.cli.common import (
     kafka_error_text,
     result,
 )
+from tidelog.cli.progress import ProgressOutput
 from tidelog.cli.reassign_plan import (
     Assignment,
     PlanError,
@@ -158,7 +159,8 @@ def _execute(args: argparse.Namespace, plan: Assignment) -> int:
     if started:
         print("Successfully started partition reassignments for " + ",".join(f"{t}-{p}" for t, p in started))
     if args.wait and started:
-        follow(wire, addresses, started, sys.stderr)
+        with ProgressOutput(sys.stderr) as progress:
+            follow(wire, addresses, started, progress)
     return 1 if failed else 0
 
 
@@ -210,16 +212,16 @@ def sample(wire: Wire, addresses: dict[int, tuple[str, int]], moving: reassign_c
     return Sample(time.monotonic(), copied, total)
 
 
-def follow(wire: Wire, addresses: dict[int, tuple[str, int]], partitions: Collection[TopicPartition], out: Any,
-           interval: float = 1.0, timeout: float | None = None) -> None:
-    """Print a progress line every ``interval`` until none of ``partitions`` is moving."""
+def follow(wire: Wire, addresses: dict[int, tuple[str, int]], partitions: Collection[TopicPartition],
+           progress: ProgressOutput, interval: float = 1.0, timeout: float | None = None, label: str = "") -> None:
+    """Show a progress line every ``interval`` until none of ``partitions`` is moving."""
     wanted = set(partitions)
     previous: Sample | None = None
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         moving = {tp: v for tp, v in reassign_calls.ongoing(wire).items() if tp in wanted}
         now = sample(wire, addresses, moving)
-        print(progress_line(len(wanted) - len(moving), len(wanted), previous, now), file=out, flush=True)
+        progress.update(label + progress_line(len(wanted) - len(moving), len(wanted), previous, now))
         if not moving:
             return
         if deadline is not None and time.monotonic() > deadline:

@@ -235,10 +235,11 @@ class EtcdClient:
     async def lease_keepalive(self, lease_id: int, timeout_s: float | None = None) -> int:
         """Renew a lease: its TTL in seconds, <= 0 when it no longer exists (expired or revoked).
 
-        ``timeout_s`` bounds each endpoint's attempt (a heartbeat interval, so a silent member costs
-        one heartbeat, and the next member is tried).
+        ``timeout_s`` bounds the whole renewal: each endpoint's attempt gets an equal share of it, so
+        a silent member costs its share and the next member is still tried in time.
         """
-        reply = await self._call("a lease keep-alive", lambda c: c.refresh_lease(lease_id), timeout_s)
+        attempt_s = None if timeout_s is None else timeout_s / len(self._clients)
+        reply = await self._call("a lease keep-alive", lambda c: c.refresh_lease(lease_id), attempt_s)
         return -1 if reply is None else int(reply.TTL)
 
     async def lease_revoke(self, lease_id: int) -> None:

@@ -146,8 +146,13 @@ class BrokerSession:
         while not self._closed:
             await asyncio.sleep(interval_s)
             sent = self._clock()
+            # Wait for the answer until the fence would fall anyway (never less than a heartbeat): an
+            # answer that is merely slow (a loaded etcd or host) still renews the lease, and cutting it
+            # short at one heartbeat made a busy broker fence itself while its lease was alive.
+            deadline = self.timer.deadline_ms()
+            budget_s = max(interval_s, ((deadline or sent) - sent) / 1000)
             try:
-                ttl = await self._client.lease_keepalive(self.lease_id, interval_s)
+                ttl = await self._client.lease_keepalive(self.lease_id, budget_s)
             except MetadataStoreUnavailable as exc:
                 failures += 1
                 if failures == 1:
@@ -160,7 +165,7 @@ class BrokerSession:
                 failures = 0
             if ttl > 0:
                 self.timer.renewed(sent)
-                self._set_valid(True)
+                self._set_valid(self.lease_valid())  # a late answer may renew a session already past its fence
                 continue
             log.error("broker %d: lease %x expired in etcd; registering again", self.registration.node_id,
                       self.lease_id)
