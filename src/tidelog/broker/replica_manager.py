@@ -22,7 +22,9 @@ A partition led here in which the scrubber found damage (storage/damage.py) is h
 follower becomes leader and this broker leaves the ISR (``controller.elections.hand_over``, written by
 compare-and-set like an ISR change), then repairs its copy as a follower. With no other in-sync replica
 it stays leader and the damaged range keeps answering CORRUPT_MESSAGE; the check repeats with the lag
-check, so a follower that catches up later still takes over.
+check, so a follower that catches up later still takes over. A follower with a damaged copy first leaves
+the ISR the same way (``may_repair``), then its fetcher truncates and refetches: the repair goes below the
+high watermark, and no ISR member may lack a committed record.
 
 Producers waiting for acks=all wait here (``wait_for_high_watermark``) until the high watermark passes
 their batch. A broker whose metadata lease is in doubt (``store.lease_valid()`` false: no renewal for
@@ -242,7 +244,7 @@ class ReplicaManager:
         fetcher = self.fetchers.get(leader)
         if fetcher is None:
             fetcher = FollowerFetcher(self.node_id, leader, lambda: self.address_of(leader), self.logs, self.settings,
-                                      on_high_watermark=self.wake_fetches)
+                                      on_high_watermark=self.wake_fetches, may_repair=self.may_repair)
             self.fetchers[leader] = fetcher
             fetcher.start()
         return fetcher
@@ -426,7 +428,35 @@ class ReplicaManager:
                     self._propose(tp, state, proposal)
                 self._check_damage(tp, state, now)
 
-    # -- a damaged leader hands over -----------------------------------------------------------------
+    # -- damaged copies: a follower leaves the ISR before its repair, a leader hands over --------------
+
+    def may_repair(self, tp: TopicPartition) -> bool:
+        """Whether this follower may truncate its damaged copy of ``tp`` (below the high watermark) now:
+        only once it is out of the ISR, so that no election can pick a replica lacking committed
+        records. Until then it asks to leave (compare-and-set, like the leader's ISR changes)."""
+        topic = self.store.image.topics.get(tp[0])
+        current = topic.partitions[tp[1]] if topic is not None and tp[1] < len(topic.partitions) else None
+        if current is None or self.node_id not in current.isr:
+            return True
+        if tp not in self._handing_over and current.leader not in (self.node_id, -1):
+            self._handing_over.add(tp)
+            task = asyncio.get_running_loop().create_task(self._leave_isr(tp, current))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return False
+
+    async def _leave_isr(self, tp: TopicPartition, current: PartitionImage) -> None:
+        new = replace(current, isr=tuple(r for r in current.isr if r != self.node_id),
+                      partition_epoch=current.partition_epoch + 1)
+        try:
+            if await self.store.alter_partition(tp[0], tp[1], current, new):
+                log.warning("%s-%d: this follower's copy is damaged: it left the ISR (%s -> %s) to truncate and "
+                            "fetch the range again; the leader adds it back once it caught up",
+                            *tp, list(current.isr), list(new.isr))
+        except Exception as exc:
+            log.warning("%s-%d: leaving the ISR for a repair not written (tried again shortly): %s", *tp, exc)
+        finally:
+            self._handing_over.discard(tp)
 
     def _check_damage(self, tp: TopicPartition, state: LeaderState, now_ms: int) -> None:
         """The scrubber found damage in a partition led here: give leadership to an in-sync follower."""

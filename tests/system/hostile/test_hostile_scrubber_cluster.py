@@ -1,8 +1,8 @@
 """Damage repaired from replicas: three brokers on etcd, scrubbers at a fast rate, bytes flipped on disk.
 
-- A follower's copy: its scrubber finds the range, its fetcher truncates to the range's start and
-  fetches the rest again; the range disappears, its log equals the leader's record for record, and it
-  is in the ISR at the end.
+- A follower's copy: its scrubber finds the range, the follower leaves the ISR, its fetcher truncates
+  to the range's start and fetches the rest again; the range disappears, its log equals the leader's
+  record for record, and it is back in the ISR at the end.
 - The leader's copy: the leader hands leadership to an in-sync follower and leaves the ISR; consumers
   then read the partition whole (no CORRUPT_MESSAGE), the old leader repairs its copy as a follower and
   rejoins the ISR.
@@ -102,7 +102,7 @@ def lines(broker: BrokerProcess, text: str) -> list[str]:
     return [line for line in broker.log_text().splitlines() if text in line]
 
 
-def test_a_damaged_follower_copy_is_refetched_from_the_leader_and_stays_in_the_isr(
+def test_a_damaged_follower_leaves_the_isr_refetches_from_the_leader_and_rejoins(
     cluster: Cluster, pytestconfig: pytest.Config
 ) -> None:
     register_failure_report(pytestconfig)
@@ -117,6 +117,10 @@ def test_a_damaged_follower_copy_is_refetched_from_the_leader_and_stays_in_the_i
     wait_until(lambda: lines(f_broker, f"repairing {topic}-0 from leader {leader}"), timeout=20, interval=0.2)
     repaired_after = time.monotonic() - flipped
     [repair] = lines(f_broker, f"repairing {topic}-0")
+    # It left the ISR before truncating below the high watermark: no election can pick a replica that
+    # lacks committed records.
+    [left] = lines(f_broker, "copy is damaged: it left the ISR")
+    assert f"{topic}-0" in left and f_broker.log_text().index(left) < f_broker.log_text().index(repair), left
     assert f"to {base}, the start of damaged offsets {base}-" in repair, repair
     wait_until(lambda: damaged(cluster, follower, topic) == 0, timeout=10, interval=0.2)
     assert not (partition_dir(f_broker, topic) / "damaged-ranges").exists()
