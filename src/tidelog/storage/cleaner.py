@@ -604,18 +604,18 @@ class LogCleaner:
                 break
             hit = next((r for r in damaged if segment.base_offset <= r.end_offset and r.start_offset < segment.next_offset), None)
             if hit is not None:
-                self._skip_damaged(partition_log, hit)
+                self._skip_damaged(partition_log, segment.base_offset, hit)
                 break
             out.append(segment)
         return out
 
-    def _skip_damaged(self, partition_log: CleanableLog, damaged: DamagedRange) -> None:
+    def _skip_damaged(self, partition_log: CleanableLog, segment_base: int, damaged: DamagedRange) -> None:
         key = (partition_log.dir, damaged.start_offset, damaged.found_ms)
         if key not in self._damage_logged:
             self._damage_logged.add(key)
-            log.warning("not cleaning %s from offset %d on: its segment has damaged %s (the cleaner neither "
-                        "rewrites nor copies a damaged range; cleaning resumes once it is repaired or gone)",
-                        partition_log.dir.name, damaged.start_offset, damaged.describe())
+            log.warning("not cleaning %s from segment %s.log on: it holds damaged %s (the cleaner neither rewrites "
+                        "nor copies a damaged range; cleaning goes on once it is repaired or gone)",
+                        partition_log.dir.name, _stem(segment_base), damaged.describe())
 
     def dirty_ratio(self, partition_log: CleanableLog, segments: Sequence[CleanableSegment]) -> float:
         first_dirty = self._first_dirty(partition_log)
