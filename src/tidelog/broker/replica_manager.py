@@ -18,6 +18,14 @@ Nearest-replica reads (KIP-392): with ``replica.selector.class`` set to Kafka's 
 (``replication.read_replica``); a follower serves such consumers from its own log up to the high
 watermark its fetcher last got from the leader (``follower_log``).
 
+A partition led here in which the scrubber found damage (storage/damage.py) is handed over: an in-sync
+follower becomes leader and this broker leaves the ISR (``controller.elections.hand_over``, written by
+compare-and-set like an ISR change), then repairs its copy as a follower. With no other in-sync replica
+it stays leader and the damaged range keeps answering CORRUPT_MESSAGE; the check repeats with the lag
+check, so a follower that catches up later still takes over. A follower with a damaged copy first leaves
+the ISR the same way (``may_repair``), then its fetcher truncates and refetches: the repair goes below the
+high watermark, and no ISR member may lack a committed record.
+
 Producers waiting for acks=all wait here (``wait_for_high_watermark``) until the high watermark passes
 their batch. A broker whose metadata lease is in doubt (``store.lease_valid()`` false: no renewal for
 ``broker.session.timeout.ms`` minus two heartbeats) refuses writes as leader, so it stops acting as
@@ -35,6 +43,7 @@ from typing import Protocol
 
 from tidelog.common.config import RACK_AWARE_SELECTOR, BrokerConfig
 from tidelog.common.errors import ErrorCode, KafkaError
+from tidelog.controller.elections import hand_over
 from tidelog.metadata.image import BrokerRegistration, ClusterImage, PartitionImage
 from tidelog.replication.fetcher import FetcherSettings, FollowerFetcher
 from tidelog.replication.leader_state import IsrProposal, LeaderState
@@ -101,6 +110,8 @@ class ReplicaManager:
         self._lag_task: asyncio.Task[None] | None = None
         self._fenced = False
         self._topic_ids: dict[TopicPartition, uuid.UUID] = {}  # partition.metadata already checked
+        self._handing_over: set[TopicPartition] = set()  # a hand-over write in flight
+        self._no_healthy_replica: set[TopicPartition] = set()  # damaged, led here, already logged as stuck
 
     @staticmethod
     def inter_broker_listener(config: BrokerConfig) -> str:
@@ -247,7 +258,7 @@ class ReplicaManager:
         fetcher = self.fetchers.get(leader)
         if fetcher is None:
             fetcher = FollowerFetcher(self.node_id, leader, lambda: self.address_of(leader), self.logs, self.settings,
-                                      on_high_watermark=self.wake_fetches)
+                                      on_high_watermark=self.wake_fetches, may_repair=self.may_repair)
             self.fetchers[leader] = fetcher
             fetcher.start()
         return fetcher
@@ -429,3 +440,76 @@ class ReplicaManager:
                 proposal = state.check_lagging(now)
                 if proposal is not None:
                     self._propose(tp, state, proposal)
+                self._check_damage(tp, state, now)
+
+    # -- damaged copies: a follower leaves the ISR before its repair, a leader hands over --------------
+
+    def may_repair(self, tp: TopicPartition) -> bool:
+        """Whether this follower may truncate its damaged copy of ``tp`` (below the high watermark) now:
+        only once it is out of the ISR, so that no election can pick a replica lacking committed
+        records. Until then it asks to leave (compare-and-set, like the leader's ISR changes)."""
+        topic = self.store.image.topics.get(tp[0])
+        current = topic.partitions[tp[1]] if topic is not None and tp[1] < len(topic.partitions) else None
+        if current is None or self.node_id not in current.isr:
+            return True
+        if tp not in self._handing_over and current.leader not in (self.node_id, -1):
+            self._handing_over.add(tp)
+            task = asyncio.get_running_loop().create_task(self._leave_isr(tp, current))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return False
+
+    async def _leave_isr(self, tp: TopicPartition, current: PartitionImage) -> None:
+        new = replace(current, isr=tuple(r for r in current.isr if r != self.node_id),
+                      partition_epoch=current.partition_epoch + 1)
+        try:
+            if await self.store.alter_partition(tp[0], tp[1], current, new):
+                log.warning("%s-%d: this follower's copy is damaged: it left the ISR (%s -> %s) to truncate and "
+                            "fetch the range again; the leader adds it back once it caught up",
+                            *tp, list(current.isr), list(new.isr))
+        except Exception as exc:
+            log.warning("%s-%d: leaving the ISR for a repair not written (tried again shortly): %s", *tp, exc)
+        finally:
+            self._handing_over.discard(tp)
+
+    def _check_damage(self, tp: TopicPartition, state: LeaderState, now_ms: int) -> None:
+        """The scrubber found damage in a partition led here: give leadership to an in-sync follower."""
+        plog = self.logs.get_log(*tp)
+        if plog is None or not plog.damaged_ranges:
+            self._no_healthy_replica.discard(tp)
+            return
+        if tp in self._handing_over:
+            return
+        self._handing_over.add(tp)
+        task = asyncio.get_running_loop().create_task(self._hand_over(tp, state, plog, now_ms))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _hand_over(self, tp: TopicPartition, state: LeaderState, plog: PartitionLog, now_ms: int) -> None:
+        """Write the hand-over (compare-and-set on the partition's state, as ISR changes are): an ISR
+        follower heard from in this leadership leads, this broker leaves the ISR (its copy lacks
+        committed records until repaired) and then follows, and its fetcher repairs the range."""
+        try:
+            topic = self.store.image.topics.get(tp[0])
+            current = topic.partitions[tp[1]] if topic is not None and tp[1] < len(topic.partitions) else None
+            if current is None or current.leader != self.node_id or current.leader_epoch != state.leader_epoch:
+                return
+            brokers = self.store.image.brokers
+            eligible = {b for b, _leo, _since in state.in_sync_followers(now_ms) if b in brokers}
+            new = hand_over(current, self.node_id, eligible)
+            damaged = plog.damaged_ranges[0].describe() if plog.damaged_ranges else "range"
+            if new is None:
+                if tp not in self._no_healthy_replica:
+                    self._no_healthy_replica.add(tp)
+                    log.error("%s-%d is damaged (%s) and no other in-sync replica can lead it: staying leader, "
+                              "fetches of the range get CORRUPT_MESSAGE until an in-sync follower can take over",
+                              *tp, damaged)
+                return
+            if await self.store.alter_partition(tp[0], tp[1], current, new):
+                self._no_healthy_replica.discard(tp)
+                log.warning("%s-%d is damaged (%s): broker %d (in sync) leads it now at epoch %d; this broker leaves "
+                            "the ISR and repairs its copy from the new leader", *tp, damaged, new.leader, new.leader_epoch)
+        except Exception as exc:
+            log.warning("hand-over of damaged %s-%d not written (tried again shortly): %s", *tp, exc)
+        finally:
+            self._handing_over.discard(tp)

@@ -16,11 +16,15 @@ brokers and returns the partitions to rewrite, each as the state it should have:
 by someone other than their preferred replica (the first in the replica list) is above
 ``leader.imbalance.per.broker.percentage`` gets those partitions back, one epoch up, wherever the
 preferred replica is alive and in the ISR (so it holds every committed record).
+
+``hand_over`` is written by a leader itself (compare-and-set on the partition's state, the path of its
+ISR changes) when the scrubber found damage in its copy: an in-sync follower takes over, the damaged
+leader leaves the ISR and repairs its copy as a follower.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import replace
 
 from tidelog.common.errors import ErrorCode
@@ -120,3 +124,18 @@ def requested_election(
     if elected is None or elected.leader == NO_LEADER:
         return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, None
     return ErrorCode.NONE, elected
+
+
+def hand_over(partition: PartitionImage, leaving: int, eligible: Collection[int]) -> PartitionImage | None:
+    """Leadership given up by ``leaving``, the partition's leader, whose copy is damaged: the first other
+    replica, in replica order, that is in the ISR and ``eligible`` (alive and caught up, as the leader
+    sees it) leads, one leader epoch up; ``leaving`` leaves the ISR, since its copy lacks committed
+    records until it is repaired (it rejoins the usual way, once caught up). Only ISR members are ever
+    chosen, so every acknowledged record survives. None when ``leaving`` does not lead or no replica
+    qualifies (the damaged leader then keeps leading and answers CORRUPT_MESSAGE for the range)."""
+    if partition.leader != leaving:
+        return None
+    candidates = [r for r in partition.replicas if r != leaving and r in partition.isr and r in eligible]
+    if not candidates:
+        return None
+    return _lead(partition, candidates[0], tuple(r for r in partition.isr if r != leaving))

@@ -19,7 +19,10 @@ A broker that follows partitions led by broker L runs one ``FollowerFetcher`` fo
 Repair: a followed partition in which the scrubber found a damaged range (storage/scrubber.py) is
 truncated to the range's first offset before the next fetch, which then copies that range and
 everything after it from the leader again (the whole suffix: Kafka's truncate-and-refetch rule, simple
-and correct, at the cost of refetching the good batches after the range).
+and correct, at the cost of refetching the good batches after the range). The truncation goes below the
+high watermark, so it waits for ``may_repair`` (the replica manager: true once this replica is out of the
+ISR; it asks to leave meanwhile), and the partition is left out of fetches until then: an ISR member
+never lacks a committed record, and the leader re-adds the replica only once the refetch caught up.
 
 Errors per partition: OFFSET_OUT_OF_RANGE below the leader's log start restarts the log at the
 leader's start; above the leader's end the partition is reconciled again (the leader changed under
@@ -77,6 +80,7 @@ class FollowerFetcher:
         self, node_id: int, leader_id: int, address: Callable[[], tuple[str, int] | None], logs: LogManager,
         settings: FetcherSettings, *, on_appended: Callable[[TopicPartition], None] | None = None,
         on_high_watermark: Callable[[TopicPartition], object] | None = None,
+        may_repair: Callable[[TopicPartition], bool] | None = None,
     ) -> None:
         self.node_id, self.leader_id = node_id, leader_id
         self.address = address
@@ -85,6 +89,7 @@ class FollowerFetcher:
         self.on_appended = on_appended
         # Consumers reading from this follower (KIP-392) wait for its high watermark to move.
         self.on_high_watermark = on_high_watermark
+        self.may_repair = may_repair
         self.partitions: dict[TopicPartition, Followed] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -235,6 +240,8 @@ class FollowerFetcher:
             if plog is None:
                 continue
             if plog.damaged_ranges:
+                if self.may_repair is not None and not self.may_repair((topic, index)):
+                    continue  # not fetched until this replica is out of the ISR (see Repair above)
                 self._repair(plog)
             by_topic.setdefault(topic, []).append(fetch_request.FetchPartition(
                 partition=i32(index), current_leader_epoch=i32(followed.leader_epoch),

@@ -61,6 +61,12 @@ Decompression is capped at the topic's ``max.message.bytes`` (as on append). A b
 neither inflated whole nor lost: its keys stay out of the offset map and the batch is copied as it is,
 with a warning naming the partition and offset. Keeping it can only keep older records too, never drop one.
 
+Damaged ranges (found by the scrubber, storage/damage.py) are never cleaned: the first segment holding
+one ends the cleanable range, like the first uncleanable offset, so the cleaner neither rebuilds its
+batches (which would give garbage records a fresh, valid CRC) nor lets keys read from it remove older
+records. It says so once per range at WARN; the segments before it are still cleaned, and cleaning goes
+past it once a repair (a follower's refetch) or retention removed the range.
+
 Thread-safety: a :class:`LogCleaner` runs in one background thread; it reads only non-active segments
 (immutable apart from deletion) through ``os.pread`` and changes the log only through
 ``replace_segments``.
@@ -87,6 +93,7 @@ from tidelog.protocol.records import (
     iter_batches,
 )
 from tidelog.storage.checkpoint import CheckpointError, OffsetCheckpointFile, fsync_dir
+from tidelog.storage.damage import DamagedRange
 from tidelog.storage.index import OffsetIndex, TimeIndex
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.txn_index import AbortedTxn, TxnIndex
@@ -158,6 +165,9 @@ class CleanableLog(Protocol):
     def last_stable_offset(self) -> int: ...
 
     def segments_snapshot(self) -> Sequence[CleanableSegment]: ...
+
+    @property
+    def damaged_ranges(self) -> Sequence[DamagedRange]: ...
 
     def replace_segments(self, old: Sequence[CleanableSegment], new_base: int) -> bool: ...
 
@@ -535,6 +545,7 @@ class LogCleaner:
         self.first_dirty: dict[Path, int] = {}
         self.next_horizon: dict[Path, int] = {}
         self._loaded_dirs: set[Path] = set()
+        self._damage_logged: set[tuple[Path, int, int]] = set()  # each damaged range is logged once
 
     def _checkpointed_first_dirty(self, partition_log: CleanableLog) -> int:
         log_dir = partition_log.dir.parent
@@ -584,14 +595,27 @@ class LogCleaner:
             return []
         limit = min(segments[-1].base_offset, partition_log.last_stable_offset, partition_log.high_watermark)
         lag = partition_log.config.min_compaction_lag_ms
+        damaged = partition_log.damaged_ranges
         out = []
         for segment in segments[:-1]:
             if segment.next_offset > limit:
                 break
             if lag > 0 and segment.max_timestamp > now_ms - lag:
                 break
+            hit = next((r for r in damaged if segment.base_offset <= r.end_offset and r.start_offset < segment.next_offset), None)
+            if hit is not None:
+                self._skip_damaged(partition_log, segment.base_offset, hit)
+                break
             out.append(segment)
         return out
+
+    def _skip_damaged(self, partition_log: CleanableLog, segment_base: int, damaged: DamagedRange) -> None:
+        key = (partition_log.dir, damaged.start_offset, damaged.found_ms)
+        if key not in self._damage_logged:
+            self._damage_logged.add(key)
+            log.warning("not cleaning %s from segment %s.log on: it holds damaged %s (the cleaner neither rewrites "
+                        "nor copies a damaged range; cleaning goes on once it is repaired or gone)",
+                        partition_log.dir.name, _stem(segment_base), damaged.describe())
 
     def dirty_ratio(self, partition_log: CleanableLog, segments: Sequence[CleanableSegment]) -> float:
         first_dirty = self._first_dirty(partition_log)

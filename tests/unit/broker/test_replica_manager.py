@@ -10,8 +10,9 @@ from types import MappingProxyType
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.common.config import BrokerConfig
 from tidelog.common.errors import ErrorCode, KafkaError
-from tidelog.metadata.image import ClusterImage, PartitionImage, TopicImage
+from tidelog.metadata.image import BrokerRegistration, ClusterImage, PartitionImage, TopicImage
 from tidelog.protocol.records import Record, build_batch
+from tidelog.storage.damage import DamagedRange
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.manager import LogManager
 from tidelog.storage.partition_metadata import read_topic_id
@@ -117,6 +118,87 @@ def test_acks_all_completes_when_the_follower_fetches_past_the_batch(tmp_path: P
             raise AssertionError("a stranger's fetch was accepted")
         except KafkaError as exc:
             assert exc.code is ErrorCode.NOT_LEADER_OR_FOLLOWER
+        await rm.stop()
+        logs.shutdown()
+
+    asyncio.run(run())
+
+
+def damage(logs: LogManager) -> None:
+    """Give partition t-0 a closed segment with a damaged range in it, as the scrubber records one."""
+    plog = logs.get_log("t", 0)
+    assert plog is not None
+    seg = plog.segments_snapshot()[0]
+    plog.roll(now_ms=0)
+    assert plog.record_damage(seg, DamagedRange(0, 3, seg.base_offset, 0, 100, 0, "crc-mismatch"), lambda: True)
+
+
+def registered(image: ClusterImage, *nodes: int) -> ClusterImage:
+    return image.with_brokers({n: BrokerRegistration(n, None, (), f"i{n}") for n in nodes})
+
+
+def test_a_damaged_leader_hands_over_to_an_in_sync_follower_and_leaves_the_isr(tmp_path: Path) -> None:
+    async def run() -> None:
+        store = MemoryStore(registered(image_with("t", uuid.uuid4(), leader=1, isr=(1, 2)), 1, 2))
+        rm, logs = manager(tmp_path, store)
+        rm.apply(store.image)
+        plog = logs.get_log("t", 0)
+        assert plog is not None
+        plog.append_as_leader(batch(4), leader_epoch=3, now_ms=0)
+        damage(logs)
+        state = rm.leader_state(("t", 0))
+        rm._check_damage(("t", 0), state, 0)
+        await asyncio.gather(*rm._tasks)
+        assert store.written == []  # broker 2 has not fetched in this leadership: not known to be caught up
+        rm.follower_fetched(("t", 0), 2, 4, 3)
+        rm._check_damage(("t", 0), state, 0)
+        await asyncio.gather(*rm._tasks)
+        [(_, _, new)] = store.written
+        assert (new.leader, new.leader_epoch, new.isr, new.partition_epoch) == (2, 4, (2,), 6)
+        await rm.stop()
+        logs.shutdown()
+
+    asyncio.run(run())
+
+
+def test_a_damaged_leader_that_is_the_only_in_sync_replica_stays_leader_until_another_joins(tmp_path: Path) -> None:
+    async def run() -> None:
+        store = MemoryStore(registered(image_with("t", uuid.uuid4(), leader=1, isr=(1,)), 1, 2))
+        rm, logs = manager(tmp_path, store)
+        rm.apply(store.image)
+        plog = logs.get_log("t", 0)
+        assert plog is not None
+        plog.append_as_leader(batch(4), leader_epoch=3, now_ms=0)
+        damage(logs)
+        state = rm.leader_state(("t", 0))
+        rm._check_damage(("t", 0), state, 0)
+        await asyncio.gather(*rm._tasks)
+        assert store.written == [] and ("t", 0) in rm._no_healthy_replica
+        # Broker 2 (holding the records from before, say back from a restart) catches up and joins the ISR:
+        # it takes over at the next check.
+        rm.follower_fetched(("t", 0), 2, 4, 3)
+        await asyncio.gather(*rm._tasks)
+        assert store.written[-1][2].isr == (1, 2)
+        rm._check_damage(("t", 0), state, 0)
+        await asyncio.gather(*rm._tasks)
+        assert (store.written[-1][2].leader, store.written[-1][2].isr) == (2, (2,))
+        assert ("t", 0) not in rm._no_healthy_replica
+        await rm.stop()
+        logs.shutdown()
+
+    asyncio.run(run())
+
+
+def test_a_damaged_follower_may_truncate_only_once_it_left_the_isr(tmp_path: Path) -> None:
+    async def run() -> None:
+        store = MemoryStore(image_with("t", uuid.uuid4(), leader=2, isr=(2, 1)))
+        rm, logs = manager(tmp_path, store)
+        assert rm.may_repair(("t", 0)) is False  # asks to leave first
+        assert rm.may_repair(("t", 0)) is False  # one request in flight, not two
+        await asyncio.gather(*rm._tasks)
+        [(_, _, new)] = store.written
+        assert (new.leader, new.leader_epoch, new.isr, new.partition_epoch) == (2, 3, (2,), 6)
+        assert rm.may_repair(("t", 0)) is True
         await rm.stop()
         logs.shutdown()
 

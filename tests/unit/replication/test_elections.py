@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from types import MappingProxyType
 
-from tidelog.controller.elections import NO_LEADER, elect, preferred_leader_changes
+from tidelog.controller.elections import NO_LEADER, elect, hand_over, preferred_leader_changes
 from tidelog.metadata.image import ClusterImage, PartitionImage, TopicImage
 
 
@@ -80,3 +80,19 @@ def test_requested_elections_answer_as_kafka_does() -> None:
     error, new = requested_election(part(NO_LEADER, (1,)), frozenset({3}), UNCLEAN)
     assert error is ErrorCode.NONE and new is not None and new.leader == 3
     assert requested_election(part(NO_LEADER, (1,)), frozenset(), UNCLEAN)[0] is ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+
+
+def test_a_damaged_leader_hands_over_to_the_first_eligible_isr_replica_and_leaves_the_isr() -> None:
+    new = hand_over(part(1, (1, 3, 2)), leaving=1, eligible={2, 3})
+    assert new is not None
+    assert (new.leader, new.leader_epoch, new.isr, new.partition_epoch) == (2, 5, (3, 2), 11)
+    only_three = hand_over(part(1, (1, 3, 2)), leaving=1, eligible={3})
+    assert only_three is not None and (only_three.leader, only_three.isr) == (3, (3, 2))
+
+
+def test_a_damaged_leader_never_hands_over_to_a_replica_outside_the_isr() -> None:
+    # Broker 2 is alive and fetching, but out of the ISR: it may lack acknowledged records.
+    assert hand_over(part(1, (1, 3)), leaving=1, eligible={2}) is None
+    assert hand_over(part(1, (1,)), leaving=1, eligible={2, 3}) is None  # the only in-sync replica
+    assert hand_over(part(1, (1,), replicas=(1,)), leaving=1, eligible=set()) is None  # RF 1
+    assert hand_over(part(2, (1, 2)), leaving=1, eligible={2}) is None  # broker 1 does not lead it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from tidelog.storage.cleaner import (
     recover_cleaner_files,
     write_cleaned_segment,
 )
+from tidelog.storage.damage import DamagedRange
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.manager import LogManager
@@ -384,3 +386,37 @@ def test_log_manager_runs_the_cleaner_on_compacted_logs_only(tmp_path: Path) -> 
     assert [r.value for r in read_all(compacted)] == [b"v2"]
     assert [r.value for r in read_all(plain)] == [b"v0", b"v1", b"v2"]
     manager.shutdown()
+
+
+def test_a_segment_with_a_damaged_range_is_left_uncleaned_and_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = open_log(tmp_path)
+    fill(log, rounds=4, keys=10)  # four closed segments of 10 records, then the active one
+    append(log, [(b"k0", b"active")])
+    damaged_segment = log.segments_snapshot()[2]
+    damage = DamagedRange(23, 25, damaged_segment.base_offset, 100, 50, T0, "crc-mismatch")
+    assert log.record_damage(damaged_segment, damage, lambda: True)
+    untouched = {s.base_offset: s.log_path.read_bytes() for s in log.segments_snapshot()[2:-1]}
+    cleaner = LogCleaner()
+    with caplog.at_level(logging.WARNING, logger="tidelog.storage.cleaner"):
+        result = cleaner.clean(log, T0, force=True)
+        cleaner.clean(log, T0, force=True)
+    assert result.cleaned and result.end_offset == 20  # segments 0-19 cleaned, nothing from the damaged one on
+    assert {s.base_offset: s.log_path.read_bytes() for s in log.segments_snapshot()[1:-1]} == untouched
+    # Keys in the damaged segment and after it were not mapped: round 1 survives, round 0 does not.
+    assert [r.offset for r in read_all_until(log, 20)] == list(range(10, 20))
+    warnings = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert len(warnings) == 1 and "topic-0 from segment 00000000000000000020.log on" in warnings[0], warnings
+
+    # A repair: the follower truncates to the range (here to 20: the damaged batch starts there) and
+    # fetches the data again; the range is gone and the next clean goes past where it was.
+    assert log.truncate_to(23) == 20 and log.damaged_ranges == ()
+    fill(log, rounds=1, keys=10)
+    append(log, [(b"k0", b"active")])
+    assert cleaner.clean(log, T0, force=True).end_offset == 30
+
+
+def read_all_until(log: PartitionLog, end: int) -> list[Record]:
+    return [r for s in log.segments_snapshot()[:-1] for h, v in read_segment_batches(s)
+            for r in decode_records(bytes(v)) if r.offset < end]
