@@ -118,6 +118,7 @@ def build(config: ConsoleConfig, http: httpx.AsyncClient, *, secret: bytes | Non
     app = create_app([*burrow.routes(), *pages.routes()], registry=registry,
                      readiness=[("cluster", cluster_ready), ("sampler", sampler_ready)])
     app.add_middleware(SessionGate, auth=auth)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per scrape otherwise
     if not auth.enabled:
         log.warning("console.users.file is not set: every visitor is an admin (use it on loopback only)")
     return app, sampler

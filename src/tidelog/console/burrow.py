@@ -42,7 +42,7 @@ def _answer(request: Request, message: str, status_code: int = 200, **body: Any)
 
 
 def _sample(sample: Sample) -> dict[str, int]:
-    return {"offset": sample.offset, "timestamp": sample.timestamp_ms, "observedAt": sample.timestamp_ms,
+    return {"offset": sample.offset, "timestamp": sample.timestamp_ms, "observedAt": sample.observed_ms or sample.timestamp_ms,
             "lag": sample.lag}
 
 

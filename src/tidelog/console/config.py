@@ -44,6 +44,7 @@ class ConsoleConfig:
     lag_window: int = 10
     lag_history_s: int = 3600
     request_timeout_ms: int = 10_000
+    refresh_ms: int = 5_000
     metadata_max_age_ms: int = 2_000
     metrics_urls: tuple[str, ...] = ()
     gateway_url: str = ""
@@ -106,6 +107,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "console.lag.window": ("lag_window", _positive),
     "console.lag.history.s": ("lag_history_s", _positive),
     "console.request.timeout.ms": ("request_timeout_ms", _positive),
+    "console.refresh.ms": ("refresh_ms", _positive),
     "console.metadata.max.age.ms": ("metadata_max_age_ms", lambda t: max(0, int(t))),
     "console.metrics.urls": ("metrics_urls", _urls),
     "console.gateway.url": ("gateway_url", _url),

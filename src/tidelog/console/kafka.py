@@ -36,6 +36,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     NewPartitions,
     NewTopic,
     OffsetSpec,
@@ -185,6 +186,16 @@ def _name(value: Any) -> str:
     return str(getattr(value, "name", value))
 
 
+def _source(value: Any) -> str:
+    """A config entry's source by Kafka's name; librdkafka may hand over the bare number."""
+    if isinstance(value, int) and not isinstance(value, ConfigSource):
+        try:
+            return ConfigSource(value).name
+        except ValueError:
+            return str(value)
+    return _name(value)
+
+
 class KafkaView:
     def __init__(self, config: ConsoleConfig) -> None:
         self.config = config
@@ -264,7 +275,7 @@ class KafkaView:
         futures = self.admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)],
                                               request_timeout=self.timeout)
         entries = self._wait(next(iter(futures.values())))
-        return [ConfigValue(e.name, None if e.is_sensitive else e.value, _name(e.source), bool(e.is_read_only),
+        return [ConfigValue(e.name, None if e.is_sensitive else e.value, _source(e.source), bool(e.is_read_only),
                             bool(e.is_sensitive)) for e in sorted(entries.values(), key=lambda e: e.name)]
 
     def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]) -> None:

@@ -58,6 +58,7 @@ class Sample:
     offset: int
     lag: int
     timestamp_ms: int
+    observed_ms: int = 0  # when the sampler read it (Burrow's observedAt); 0: same as timestamp_ms
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,7 @@ class Pages:
         response: HTMLResponse = self.templates.TemplateResponse(request, name, {
             "session": session, "csrf": self.auth.csrf_token(session.nonce) if session else "",
             "cluster_name": self.config.cluster_name, "flash": flash, "platform": self._platform_urls(),
+            "refresh_ms": self.config.refresh_ms,
             **context}, status_code=status_code)
         if flash:
             response.delete_cookie(FLASH_COOKIE)
@@ -246,14 +247,17 @@ class Pages:
             return self.redirect("/topics", "error", f"cannot create topic {name!r}: {exc}")
         return self.redirect(f"/topics/{quote(name)}", "ok", f"topic {name} created with {partitions} partitions")
 
-    async def _topic_data(self, name: str) -> dict[str, Any]:
-        info = await self.call(self.view.cluster)
-        topic = info.topics.get(name)
+    async def _topic_or_404(self, name: str) -> TopicInfo:
+        """The topic from cached metadata, asked afresh when the cache does not know it yet."""
+        topic = (await self.call(self.view.cluster)).topics.get(name)
         if topic is None:
-            info = await self.call(lambda: self.view.cluster(fresh=True))
-            topic = info.topics.get(name)
-            if topic is None:
-                raise HTTPException(404, f"no topic {name!r} (UNKNOWN_TOPIC_OR_PARTITION)")
+            topic = (await self.call(lambda: self.view.cluster(fresh=True))).topics.get(name)
+        if topic is None:
+            raise HTTPException(404, f"no topic {name!r} (UNKNOWN_TOPIC_OR_PARTITION)")
+        return topic
+
+    async def _topic_data(self, name: str) -> dict[str, Any]:
+        topic = await self._topic_or_404(name)
         tps = [(name, p.partition) for p in topic.partitions]
         earliest, latest = await asyncio.gather(self.call(self.view.offsets, tps, "earliest"),
                                                 self.call(self.view.offsets, tps, "latest"))
@@ -331,10 +335,7 @@ class Pages:
 
     async def messages(self, request: Request) -> Response:
         name = request.path_params["topic"]
-        info = await self.call(self.view.cluster)
-        topic = info.topics.get(name)
-        if topic is None:
-            raise HTTPException(404, f"no topic {name!r} (UNKNOWN_TOPIC_OR_PARTITION)")
+        topic = await self._topic_or_404(name)
         q = request.query_params
         try:
             partition = int(q.get("partition", "0"))

@@ -111,7 +111,7 @@ class LagSampler:
             seen = self.moved_at.get(key)
             if seen is None or seen[0] != offset:
                 seen = self.moved_at[key] = (offset, now_ms)
-            sample = Sample(offset, lag, now_ms if owner is not None else seen[1])
+            sample = Sample(offset, lag, now_ms if owner is not None else seen[1], now_ms)
             window = self.windows.setdefault(key, deque(maxlen=self.config.lag_window))
             window.append(sample)
             status = evaluate_partition(window, now_ms)

@@ -1,6 +1,6 @@
 // tidelog console: live numbers and charts without reloading the page. No library, no build step.
 //
-// A page whose <main> has data-live="/api/..." is refreshed every REFRESH_MS: the JSON answer has
+// A page whose <main> has data-live="/api/..." is refreshed every data-every ms (console.refresh.ms): the JSON answer has
 // "values" (a flat map); every element with data-k="KEY" gets values[KEY] as its text (and, for a
 // .status badge, as its class). A group page also gets "history" and redraws its lag chart.
 "use strict";
@@ -43,7 +43,7 @@ function drawChart(svg, points) {
   if (maxS > 0) {
     const ys = (v) => T + (H - T - B) * (1 - v / maxS);
     add("polyline", {class: "line2", points: points.map((p) => `${x(p.t).toFixed(1)},${ys(p.seconds || 0).toFixed(1)}`).join(" ")});
-    add("text", {x: W - R - 150, y: T + 8}, `— records (max ${maxLag})  - - seconds (max ${maxS.toFixed(1)})`);
+    add("text", {x: W / 2 - 60, y: H - 6}, `— records (max ${maxLag})   - - seconds (max ${maxS.toFixed(1)})`);
   }
 }
 
@@ -67,5 +67,6 @@ document.addEventListener("DOMContentLoaded", () => {
   if (initial) drawCharts(JSON.parse(initial.textContent));
   document.querySelectorAll(".status").forEach((el) => { el.className = "status " + el.textContent.trim(); });
   const live = document.querySelector("main[data-live]");
-  if (live) setInterval(() => refresh(live.getAttribute("data-live")), REFRESH_MS);
+  const every = Number(document.querySelector("main").getAttribute("data-every")) || REFRESH_MS;
+  if (live) setInterval(() => refresh(live.getAttribute("data-live")), every);
 });
