@@ -249,7 +249,7 @@ class Pages:
 
     async def _topic_or_404(self, name: str) -> TopicInfo:
         """The topic from cached metadata, asked afresh when the cache does not know it yet."""
-        topic = (await self.call(self.view.cluster)).topics.get(name)
+        topic: TopicInfo | None = (await self.call(self.view.cluster)).topics.get(name)
         if topic is None:
             topic = (await self.call(lambda: self.view.cluster(fresh=True))).topics.get(name)
         if topic is None:
