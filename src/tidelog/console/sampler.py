@@ -141,8 +141,9 @@ class LagSampler:
                 pass
 
     def collect(self) -> Iterable[MetricFamily]:
-        """Prometheus families for the last poll: status per group and partition, lag in records and
-        seconds. Status values are Burrow's numbers (OK=1, WARN=2, ERR=3, STOP=4, STALL=5, REWIND=6)."""
+        """Prometheus families for the last poll: status and lag per group; status, lag in records and
+        lag in seconds per partition that lags or is not OK (a caught-up partition has no series).
+        Status values are Burrow's numbers (OK=1, WARN=2, ERR=3, STOP=4, STALL=5, REWIND=6)."""
         group_status = MetricFamily("tidelog_console_group_status", "Burrow status of a consumer group "
                                     "(1 OK, 2 WARN, 3 ERR).", "gauge", ("cluster", "group"))
         group_lag = MetricFamily("tidelog_console_group_lag", "Total lag of a consumer group, in records.",
@@ -159,13 +160,17 @@ class LagSampler:
             group_status.add((cluster, group_id), float(result.status))
             group_lag.add((cluster, group_id), float(result.total_lag))
             for p in result.partitions:
+                if p.current_lag == 0 and p.status is Status.OK:
+                    continue  # caught up: nothing to alert on, and 100k idle series would swamp a scrape
                 key = (cluster, group_id, p.topic, str(p.partition))
                 part_status.add(key, float(p.status))
                 part_lag.add(key, float(p.current_lag))
                 part_seconds.add(key, p.lag_seconds)
         polls = MetricFamily("tidelog_console_lag_polls_total", "Lag sampler polls completed.", "counter")
         polls.add((), float(self.polls))
-        return [group_status, group_lag, part_status, part_lag, part_seconds, polls]
+        poll_time = MetricFamily("tidelog_console_lag_poll_seconds", "Duration of the last lag poll.", "gauge")
+        poll_time.add((), self.last_poll_s)
+        return [group_status, group_lag, part_status, part_lag, part_seconds, polls, poll_time]
 
 
 def status_name(status: Status) -> str:
