@@ -133,11 +133,12 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def screenshot(driver: WebDriver, shots: Path, name: str) -> None:
-    height = driver.execute_script("return Math.min(2400, document.body.scrollHeight)")
-    driver.set_window_size(1280, max(700, int(height)))
+    height = int(driver.execute_script("return Math.min(2400, document.documentElement.scrollHeight)"))
+    metrics = {"width": 1280, "height": max(600, height), "deviceScaleFactor": 1, "mobile": False}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)  # the whole page, not the window
     path = shots / f"{name}.png"
     driver.save_screenshot(str(path))
-    driver.set_window_size(1280, 1000)
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     if target := os.environ.get("TIDELOG_CONSOLE_SCREENSHOTS"):
         Path(target).mkdir(parents=True, exist_ok=True)
         shutil.copy(path, Path(target) / path.name)
