@@ -266,6 +266,7 @@ def test_create_search_configure_grow_and_delete_a_topic(browser: WebDriver, con
 
     browser.get(console.url + "/topics?q=" + name[:20])
     assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#topics tbody a")] == [name]
+    assert text(browser, "#topics thead").split()[-2:] == ["size", "in"]  # from the broker's metrics endpoint
     screenshot(browser, shots, "topics")
 
     browser.get(f"{console.url}/topics/{name}")

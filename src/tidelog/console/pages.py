@@ -230,8 +230,18 @@ class Pages:
         rows = [t for t in info.topics.values() if q.lower() in t.name.lower()]
         rows.sort(key=keys.get(sort, keys["name"]), reverse=desc)
         page, pages, shown = _paginate(rows, request)
+        sizes: dict[str, float] = {}
+        rates: dict[str, float | None] = {}
+        if self.scraper.enabled and await self.scraper.scrape(self.http) is not None:
+            wanted = {t.name for t in shown}
+            for _, labels, value in self.scraper.last.values("tidelog_log_size_bytes") if self.scraper.last else []:
+                if labels.get("topic") in wanted:
+                    sizes[labels["topic"]] = sizes.get(labels["topic"], 0.0) + value
+            for name in wanted:
+                rates[name] = self.scraper.rate("tidelog_topic_bytes_in_total", _topic_is(name))
         return self.render(request, "topics.html", topics=shown, q=q, sort=sort, desc=desc, page=page, pages=pages,
-                           total=len(rows), url=_url_with(request.url))
+                           total=len(rows), url=_url_with(request.url), sizes=sizes, rates=rates,
+                           metrics=self.scraper.enabled)
 
     async def create_topic(self, request: Request) -> Response:
         fields = await self.form(request)
@@ -539,6 +549,10 @@ class Pages:
 
 
 # -- helpers --------------------------------------------------------------------------------------
+
+def _topic_is(name: str) -> Callable[[dict[str, str]], bool]:
+    return lambda labels: labels.get("topic") == name
+
 
 def _new_nonce() -> str:
     import secrets
