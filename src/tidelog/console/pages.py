@@ -461,8 +461,9 @@ class Pages:
             return None
         try:
             doc = json.loads(raw)
-            return {"target": str(doc["target"]), "value": str(doc.get("value", "")),
-                    "moves": [reset.PlannedMove(str(m[0]), int(m[1]), m[2], int(m[3]), int(m[4])) for m in doc["moves"]]}
+            moves = [reset.PlannedMove(str(m[0]), int(m[1]), m[2], int(m[3]), int(m[4])) for m in doc["moves"]]
+            return {"target": str(doc["target"]), "value": str(doc.get("value", "")), "moves": moves,
+                    "moves_json": json.dumps([[m.topic, m.partition, m.new_offset] for m in moves])}
         except (ValueError, KeyError, TypeError, IndexError):
             return None
 
@@ -471,10 +472,23 @@ class Pages:
         return JSONResponse({"values": data["values"], "history": data["history"]})
 
     async def reset_offsets(self, request: Request) -> Response:
+        """Without ``execute``: plan and show (dry run). With ``execute=1``: commit exactly the offsets of
+        the plan that was shown (``moves``), not a plan made again now."""
         group = request.path_params["group"]
         fields = await self.form(request)
         back = f"/groups/{quote(group)}"
         target = fields.get("target", "")
+        if fields.get("execute") == "1":
+            try:
+                offsets = _parse_moves(fields.get("moves", ""))
+                await self.call(self.view.commit_offsets, group, offsets)
+            except ValueError as exc:
+                return self.redirect(back, "error", f"offsets not reset: {exc}")
+            except KafkaFailure as exc:
+                hint = " (stop the group's consumers first)" if exc.code in (
+                    "UNKNOWN_MEMBER_ID", "REBALANCE_IN_PROGRESS", "_INCONSISTENT") else ""
+                return self.redirect(back, "error", f"offsets not reset: {exc}{hint}")
+            return self.redirect(back, "ok", f"offsets of {len(offsets)} partitions reset to {target}")
         try:
             value = 0
             if target == "offset":
@@ -482,22 +496,12 @@ class Pages:
             elif target == "timestamp":
                 value = _parse_time_ms(fields.get("value", ""))
             moves = await self.call(self._plan, group, fields.get("topic", ""), target, value)
-        except ValueError as exc:
+        except (ValueError, KafkaFailure) as exc:
             return self.redirect(back, "error", f"cannot plan the reset: {exc}")
-        except KafkaFailure as exc:
-            return self.redirect(back, "error", f"cannot plan the reset: {exc}")
-        if fields.get("execute") != "1":
-            doc = {"target": target, "value": fields.get("value", ""),
-                   "moves": [[m.topic, m.partition, m.committed, m.new_offset, m.latest] for m in moves]}
-            return self.redirect(f"{back}?plan={quote(json.dumps(doc))}", "ok",
-                                 f"dry run: {len(moves)} partitions would move; nothing written yet")
-        try:
-            await self.call(self.view.commit_offsets, group, {(m.topic, m.partition): m.new_offset for m in moves})
-        except KafkaFailure as exc:
-            hint = " (stop the group's consumers first)" if exc.code in ("UNKNOWN_MEMBER_ID", "REBALANCE_IN_PROGRESS",
-                                                                           "_INCONSISTENT") else ""
-            return self.redirect(back, "error", f"offsets not reset: {exc}{hint}")
-        return self.redirect(back, "ok", f"offsets of {len(moves)} partitions reset to {target}")
+        doc = {"target": target, "value": fields.get("value", ""),
+               "moves": [[m.topic, m.partition, m.committed, m.new_offset, m.latest] for m in moves]}
+        return self.redirect(f"{back}?plan={quote(json.dumps(doc))}", "ok",
+                             f"dry run: {len(moves)} partitions would move; nothing written yet")
 
     def _plan(self, group: str, topic: str, target: str, value: int) -> list[reset.PlannedMove]:
         if target not in reset.TARGETS:
@@ -572,6 +576,18 @@ def _url_with(url: URL) -> Callable[..., str]:
     def make(**changes: Any) -> str:
         return str(url.include_query_params(**changes).replace(scheme="", netloc="")).removeprefix("//")
     return make
+
+
+def _parse_moves(text: str) -> dict[tuple[str, int], int]:
+    """The plan a dry run showed, as the execute form sends it back: ``[[topic, partition, offset], ...]``."""
+    try:
+        moves = json.loads(text)
+        offsets = {(str(t), int(p)): int(o) for t, p, o in moves}
+    except (ValueError, TypeError):
+        raise ValueError("the plan to execute is missing or damaged: run the dry run again") from None
+    if not offsets or any(p < 0 or o < 0 for (_, p), o in offsets.items()):
+        raise ValueError("the plan to execute is empty or has negative numbers: run the dry run again")
+    return offsets
 
 
 def _parse_configs(text: str) -> dict[str, str]:

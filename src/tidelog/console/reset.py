@@ -4,8 +4,8 @@
 a time, the first offset at or after that time as the broker answered ListOffsets) to the new offset,
 clamped to [log start, log end] as Kafka's kafka-consumer-groups tool does. A partition whose time
 lookup found no record that recent goes to the log end. The page always shows the plan first (dry
-run); executing it commits exactly the planned offsets, and Kafka refuses it while the group has
-members (the page says to stop the consumers first).
+run); executing it commits exactly the offsets shown (the page sends the plan back, it is not made
+again), and Kafka refuses it while the group has members (the page says to stop the consumers first).
 """
 
 from __future__ import annotations

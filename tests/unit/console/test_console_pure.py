@@ -87,3 +87,11 @@ def test_burrow_status_lists_only_the_partitions_in_trouble() -> None:
     assert doc["partitions"][0]["end"] == {"offset": 10, "timestamp": 1000, "observedAt": 2000, "lag": 9}
     assert doc["maxlag"]["status"] == "STOP" and doc["maxlag"]["lag_seconds"] == 4.5
     assert len(status_doc("local", result, every_partition=True)["partitions"]) == 2
+
+
+def test_an_executed_reset_is_the_plan_that_was_shown() -> None:
+    from tidelog.console.pages import _parse_moves
+    assert _parse_moves('[["orders", 0, 10], ["orders", 1, 0]]') == {("orders", 0): 10, ("orders", 1): 0}
+    for damaged in ("", "[]", '[["orders", 0]]', '[["orders", -1, 5]]', "{not json"):
+        with pytest.raises(ValueError, match="dry run again"):
+            _parse_moves(damaged)
