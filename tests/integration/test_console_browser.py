@@ -161,6 +161,7 @@ def click(driver: WebDriver, css: str) -> None:
     old = driver.find_element(By.TAG_NAME, "html")
     driver.find_element(By.CSS_SELECTOR, css).click()
     WebDriverWait(driver, 15).until(expected_conditions.staleness_of(old))
+    WebDriverWait(driver, 15).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
 
 def open_details(driver: WebDriver, css: str) -> None:
