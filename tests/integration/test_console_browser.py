@@ -245,6 +245,8 @@ def test_overview_shows_the_clusters_real_id_brokers_and_partitions(browser: Web
     wait_until(lambda: int(text(browser, "#partition-count")) >= want, 5, message="partition count")
     assert text(browser, "#under-replicated") == "0" and text(browser, "#offline") == "0"
     assert browser.find_elements(By.CSS_SELECTOR, "#disks .bar"), "disk usage from the broker's metrics"
+    from tidelog.observability.service import tidelog_version
+    assert text(browser, "#versions").startswith(f"tidelog {tidelog_version()}")
     screenshot(browser, shots, "overview")
 
 

@@ -193,8 +193,10 @@ class Pages:
                 disks.append({"url": url, "log_dir": labels.get("log_dir", ""), "total": value,
                               "used": value - usable})
         statuses = [r.status for r in self.sampler.results.values()]
+        versions = sorted({labels.get("version", "") for _, labels, _ in scrape.values("tidelog_build_info")}
+                          - {""}) if scrape is not None else []
         return {
-            "info": info, "disks": disks,
+            "info": info, "disks": disks, "versions": versions,
             "scrape_errors": scrape.errors if scrape else {},
             "values": {
                 "brokers": len(info.brokers), "topics": len(info.topics), "partitions": info.partition_count,
