@@ -97,3 +97,11 @@ def test_the_sampler_reports_an_unreachable_cluster_on_readyz() -> None:
     asyncio.run(asyncio.wait_for(one_poll(), 20))
     ready = Client(app).get("/readyz")
     assert ready.status_code == 503 and "fail cluster" in ready.text
+
+
+def test_a_configured_platform_endpoint_that_is_down_is_shown_as_such() -> None:
+    with client_for({"console.gateway.url": "http://127.0.0.1:1"}) as client:
+        page = client.get("/platform")
+    assert page.status_code == 200
+    assert 'id="panel-gateway"' in page.text and "not reachable (ConnectError)" in page.text
+    assert ">Platform</a>" in page.text  # the menu shows the page once an endpoint is set
