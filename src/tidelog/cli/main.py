@@ -29,6 +29,7 @@ from tidelog.cli import (
     topics,
     transactions,
     users,
+    web_console,
 )
 from tidelog.cli.common import CliError
 from tidelog.cli.serve import env_overrides, load_broker_config
@@ -60,16 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "serve, WARNING for the client commands)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (serve, dev_cluster, gateway, agent, topics, configs, produce, consume, groups, transactions, cluster,
-                   partitions, brokers, acls, users, perf, log_dirs):
+                   partitions, brokers, acls, users, perf, log_dirs, web_console):
         module.add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    default_level = "INFO" if args.command in ("serve", "dev-cluster", "gateway", "agent") else "WARNING"
+    default_level = "INFO" if args.command in ("serve", "dev-cluster", "gateway", "agent", "console") else "WARNING"
     args.log_level = (args.log_level or os.environ.get("TIDELOG_LOG_LEVEL") or default_level).upper()
-    if args.command not in ("serve", "gateway"):  # serve: from its settings (log.format); gateway: its own
+    if args.command not in ("serve", "gateway", "console"):  # serve: from its settings (log.format); others: their own
         configure_logging(args.log_level, "text")
     try:
         code: int = args.func(args)
