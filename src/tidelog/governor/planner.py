@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from tidelog.governor.goals import Goal
 from tidelog.governor.model import ClusterModel
-from tidelog.governor.state import ReplicaMove, State
+from tidelog.governor.state import Move, ReplicaMove, State
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,10 +118,13 @@ def _scores(goals: Sequence[Goal], s: State) -> list[tuple[float, int]]:
     return out
 
 
-def plan(model: ClusterModel, goals: Sequence[Goal], *, max_passes: int = 4,
-         max_rejections: int = 5_000) -> Plan:
-    """``max_rejections``: a pass of a goal stops after that many candidates in a row were refused by
-    higher goals (the goal is then as good as the higher goals let single moves make it)."""
+class _PassExhausted(Exception):
+    """Raised through a goal's generator when higher goals refused too many candidates in a row."""
+
+
+def plan(model: ClusterModel, goals: Sequence[Goal], *, max_passes: int = 6, max_refusals: int = 3_000) -> Plan:
+    """``max_refusals``: a pass of a goal ends after that many candidate moves in a row were refused by
+    higher goals (the goal is then as good as single moves under the higher goals make it)."""
     started = time.perf_counter()
     s = State(model)
     before = _scores(goals, s)
@@ -132,20 +135,28 @@ def plan(model: ClusterModel, goals: Sequence[Goal], *, max_passes: int = 4,
         for _ in range(max_passes):
             if goal.violations(s) == 0:
                 break
-            applied = refused = 0
-            for move in goal.propose(s):
-                if not all(h.accepts(s, move) for h in prior):
-                    refused += 1
-                    if refused >= max_rejections:
-                        break
-                    continue
-                refused = 0
-                s.apply(move)
-                applied += 1
-                if isinstance(move, ReplicaMove):
-                    replica_moves += 1
-                else:
-                    leader_moves += 1
+            applied = 0
+            refusals = [0]
+
+            def allowed(move: Move, prior: Sequence[Goal] = prior, refusals: list[int] = refusals) -> bool:
+                if all(h.accepts(s, move) for h in prior):
+                    refusals[0] = 0
+                    return True
+                refusals[0] += 1
+                if refusals[0] >= max_refusals:
+                    raise _PassExhausted
+                return False
+
+            try:
+                for move in goal.propose(s, allowed):
+                    s.apply(move)
+                    applied += 1
+                    if isinstance(move, ReplicaMove):
+                        replica_moves += 1
+                    else:
+                        leader_moves += 1
+            except _PassExhausted:
+                pass
             if applied == 0:
                 break
     after = _scores(goals, s)
