@@ -53,3 +53,44 @@ def synthetic_cluster(*, brokers: int = 6, racks: int = 3, topics: int = 4, part
         replicas=tuple(replicas), leader=array("i", [r[0] for r in replicas]), size=sizes, bytes_in=bytes_in,
         bytes_out=bytes_out, messages_in=msgs, exclusion_reasons=("",) * n,
     )
+
+
+def small_cluster(brokers: list[tuple[int, str]], partitions: list[tuple[str, list[int], int, float, float]], *,
+                  disk_capacity: int = 1000, leaders: list[int] | None = None,
+                  tenants: dict[str, tuple[str, set[int]]] | None = None) -> ClusterModel:
+    """A hand-written cluster for unit tests: brokers as (id, rack); partitions as (topic, replica ids,
+    size, bytes in/s, bytes out/s), numbered per topic in order; ``tenants``: topic -> (tenant, broker ids)."""
+    from tidelog.governor.model import NO_TENANT, group_racks
+
+    ids = tuple(b for b, _ in brokers)
+    index = {b: i for i, b in enumerate(ids)}
+    rack_of, rack_names = group_racks([r for _, r in brokers], None)
+    topics: list[str] = []
+    p_topic, p_index = array("i"), array("i")
+    counts: dict[str, int] = {}
+    for topic, *_ in partitions:
+        if topic not in topics:
+            topics.append(topic)
+        p_topic.append(topics.index(topic))
+        p_index.append(counts.get(topic, 0))
+        counts[topic] = counts.get(topic, 0) + 1
+    replicas = tuple(tuple(index[b] for b in r) for _, r, *_ in partitions)
+    tenant_names: list[str] = []
+    pools: list[frozenset[int]] = []
+    topic_tenant = [NO_TENANT] * len(topics)
+    for topic, (tenant, pool) in (tenants or {}).items():
+        if tenant not in tenant_names:
+            tenant_names.append(tenant)
+            pools.append(frozenset(index[b] for b in pool))
+        if topic in topics:
+            topic_tenant[topics.index(topic)] = tenant_names.index(tenant)
+    n = len(ids)
+    return ClusterModel(
+        broker_ids=ids, broker_rack=rack_of, rack_names=rack_names, alive=(True,) * n, excluded=(False,) * n,
+        disk_capacity=array("q", [disk_capacity] * n), topics=tuple(topics), p_topic=p_topic, p_index=p_index,
+        replicas=replicas, leader=array("i", [index[b] for b in leaders] if leaders else [r[0] for r in replicas]),
+        size=array("q", [p[2] for p in partitions]), bytes_in=array("d", [p[3] for p in partitions]),
+        bytes_out=array("d", [p[4] for p in partitions]), messages_in=array("d", [0.0] * len(partitions)),
+        topic_tenant=tuple(topic_tenant) if tenants else (), tenant_names=tuple(tenant_names),
+        tenant_brokers=tuple(pools), exclusion_reasons=("",) * n,
+    )
