@@ -10,5 +10,5 @@ throttle values, stall detection), ``breaker`` (circuit breaker), ``healing`` (s
 
 Shells: ``cluster`` (confluent-kafka AdminClient plus the kio codec over a socket for the admin calls
 librdkafka lacks), ``metrics`` (Prometheus scrapes), ``store`` (the governor's state in a compacted
-topic), ``operator`` (one tick: observe, heal, plan, execute), ``api``/``app`` (the HTTP service).
+topic), ``engine`` (one round: observe, heal, plan, execute), ``api``/``app`` (the HTTP service).
 """

@@ -1,5 +1,5 @@
 """Execution decisions, pure: which moves start next, which replicas are throttled, which moves are
-done, stalled or in flight. The operator (``operator``) applies them through the Admin APIs.
+done, stalled or in flight. The operator (``engine``) applies them through the Admin APIs.
 
 Ordering and bounds: moves start smallest first (``bytes_to_copy``, leader-only moves first of all:
 they copy nothing). A move occupies every broker it adds a replica to and the broker its data is
