@@ -19,6 +19,7 @@ from tidelog.cli import (
     consume,
     dev_cluster,
     gateway,
+    governor,
     groups,
     perf,
     produce,
@@ -56,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (env TIDELOG_LOG_LEVEL; default INFO for "
                         "serve, WARNING for the client commands)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (serve, dev_cluster, gateway, agent, topics, configs, produce, consume, groups, transactions, cluster,
+    for module in (serve, dev_cluster, gateway, governor, agent, topics, configs, produce, consume, groups, transactions, cluster,
                    acls, users, perf):
         module.add_parser(sub)
     return parser

@@ -136,8 +136,8 @@ class Cluster:
         wanted = [TopicPartition(t, p) for t, p in partitions]
         if not wanted:
             return {}
-        result = await _wait(self.admin.elect_leaders(ElectionType.PREFERRED, wanted,
-                                                      request_timeout=self.timeout_s), "ElectLeaders")
+        # (librdkafka 2.16's binding rejects request_timeout here: the client's default applies)
+        result = await _wait(self.admin.elect_leaders(ElectionType.PREFERRED, wanted), "ElectLeaders")
         out = {}
         for tp, error in result.items():
             name = "" if error is None or error.name() == "ELECTION_NOT_NEEDED" else error.name()
@@ -162,11 +162,15 @@ class Cluster:
             entries = [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
                        for k in (LEADER_RATE, FOLLOWER_RATE)]
             resources.append(ConfigResource(ResourceType.BROKER, str(broker), incremental_configs=entries))
-        if not resources:
-            return
-        futures = self.admin.incremental_alter_configs(resources, request_timeout=self.timeout_s)
-        for resource, future in futures.items():
-            await _wait(future, f"IncrementalAlterConfigs {resource.name}")
+        # librdkafka sends a broker's resource to that broker: one BROKER resource per call, and only to
+        # registered brokers (a dead one would time out; it holds no throttle worth removing)
+        topics = [r for r in resources if r.restype == ResourceType.TOPIC]
+        batches = ([topics] if topics else []) + [[r] for r in resources if r.restype == ResourceType.BROKER
+                                                  and int(r.name) in self._brokers]
+        for batch in batches:
+            futures = self.admin.incremental_alter_configs(batch, request_timeout=self.timeout_s)
+            for resource, future in futures.items():
+                await _wait(future, f"IncrementalAlterConfigs {resource.name}")
 
     async def describe_configs(self, resource: ConfigResource) -> dict[str, str]:
         futures = self.admin.describe_configs([resource], request_timeout=self.timeout_s)
@@ -257,7 +261,7 @@ class Cluster:
 
 
 def _name(code: Any, message: str | None = None) -> str:
-    name = getattr(code, "name", str(code))
+    name = str(getattr(code, "name", code)).upper()
     return f"{name}: {message}" if message else str(name)
 
 

@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 PERMANENT = ("UNKNOWN_TOPIC_OR_PARTITION", "INVALID_REPLICA_ASSIGNMENT", "INVALID_REQUEST")
 
 
-class Operator:
+class Engine:
     def __init__(self, config: GovernorConfig, cluster: Cluster, store: Store,
                  clock: Callable[[], float] = time.time) -> None:
         self.config = config

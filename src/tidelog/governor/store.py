@@ -41,11 +41,12 @@ class Store:
         self.timeout_s = timeout_s
         self._producer: Producer | None = None
 
-    def ensure(self, admin: AdminClient, brokers: int) -> None:
+    def ensure(self, admin: AdminClient) -> None:
         """Create the topic (compacted, replication factor min(3, brokers)) if it does not exist."""
-        if self.topic in admin.list_topics(timeout=self.timeout_s).topics:
+        metadata = admin.list_topics(timeout=self.timeout_s)
+        if self.topic in metadata.topics:
             return
-        topic = NewTopic(self.topic, 1, min(3, max(1, brokers)), config={"cleanup.policy": "compact",
+        topic = NewTopic(self.topic, 1, min(3, max(1, len(metadata.brokers))), config={"cleanup.policy": "compact",
                                                                         "min.insync.replicas": "1"})
         try:
             admin.create_topics([topic], request_timeout=self.timeout_s)[self.topic].result()
