@@ -4,7 +4,8 @@
   after; ``--drain`` plans as if those brokers were drained, ``--new-topic`` places a new topic by its
   declared traffic instead;
 - ``execute``: store a plan (computed now, or ``--plan FILE`` from ``plan --output``) and carry it
-  out in the foreground with progress (``--no-wait``: leave it to a running ``governor run``);
+  out in the foreground with progress (``--no-wait``: leave it to a running ``governor run``); with a
+  plan already stored (an interrupted execute), follow that one to its end;
 - ``status``, ``pause [--reason]``, ``resume``: the stored plan and control (they reach a running
   service through the state topic);
 - ``drain BROKER...`` / ``undrain BROKER...``: decommission / recommission, one command each;
@@ -229,8 +230,12 @@ def _execute(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         await engine.observe()
-        if engine.stored.get("plan"):
-            raise CliError(f"plan {engine.stored['plan']['id']} is already running (tidelog governor status)")
+        running = engine.stored.get("plan")
+        if running and (args.plan or args.hard_only):
+            raise CliError(f"plan {running['id']} is already running (tidelog governor status)")
+        if running:  # resumed after a restart: the stored plan and the cluster say where it stands
+            Output().line(f"resuming plan {running['id']} ({running.get('reason', '')})")
+            return await _follow(engine, running["id"], args)
         if args.plan:
             try:
                 document = json.loads(Path(args.plan).read_text())

@@ -35,6 +35,7 @@ class Health:
     offline_partitions: int = 0
     p99_ms: float | None = None
     disk_ratio: float = 0.0
+    examples: tuple[str, ...] = ()  # a few of the under-replicated partitions, for the reason
 
     def to_json(self) -> dict[str, object]:
         return {"underReplicated": self.under_replicated, "isrShrinks": self.isr_shrinks,
@@ -61,8 +62,9 @@ def judge(health: Health, limits: BreakerLimits) -> Verdict:
     elif health.disk_ratio > limits.pause_disk_ratio:
         pause.append(f"a log dir is {health.disk_ratio:.0%} full (pause above {limits.pause_disk_ratio:.0%})")
     if health.under_replicated > limits.max_under_replicated:
+        shown = f": {', '.join(health.examples)}" if health.examples else ""
         pause.append(f"{health.under_replicated} under-replicated partitions outside the moves "
-                     f"(limit {limits.max_under_replicated})")
+                     f"(limit {limits.max_under_replicated}){shown}")
     if health.isr_shrinks > limits.max_isr_shrinks:
         pause.append(f"{health.isr_shrinks} ISR shrinks since the last check (limit {limits.max_isr_shrinks})")
     if health.p99_ms is not None and health.p99_ms > limits.max_p99_ms:
@@ -75,6 +77,8 @@ def judge(health: Health, limits: BreakerLimits) -> Verdict:
 
 
 def isr_shrinks(before: dict[tuple[str, int], frozenset[int]], after: dict[tuple[str, int], frozenset[int]],
-                moving: set[tuple[str, int]]) -> int:
-    """Partitions (not moving) whose ISR lost a member between two looks."""
-    return sum(1 for k, isr in after.items() if k not in moving and k in before and not before[k] <= isr)
+                replicas: dict[tuple[str, int], tuple[int, ...]], moving: set[tuple[str, int]]) -> int:
+    """Partitions (not moving) whose ISR lost a member that is still one of their replicas between two
+    looks (a replica a finished move removed is not a shrink)."""
+    return sum(1 for k, isr in after.items() if k not in moving and k in before
+               and (before[k] - isr) & set(replicas.get(k, ())))

@@ -22,7 +22,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from confluent_kafka import ElectionType, KafkaException, TopicPartition
+from confluent_kafka import ElectionType, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from kio.schema.alter_partition_reassignments.v0.request import (
     AlterPartitionReassignmentsRequest,
@@ -121,13 +121,22 @@ class Cluster:
         described = await _wait(self.admin.describe_cluster(request_timeout=self.timeout_s), "DescribeCluster")
         brokers = {n.id: Broker(n.id, n.host, n.port, n.rack or None) for n in described.nodes}
         controller = described.controller.id if described.controller is not None else min(brokers, default=-1)
+        # topic names from Metadata, then DescribeTopics for replicas/ISR/leader: librdkafka answers
+        # list_topics() from a cache that can keep a finished reassignment's ISR for a long while
         metadata = await asyncio.to_thread(self.admin.list_topics, timeout=self.timeout_s)
+        names = [name for name, topic in metadata.topics.items() if topic.error is None]
         partitions = {}
-        for name, topic in metadata.topics.items():
-            if topic.error is not None:
-                continue
-            for index, p in topic.partitions.items():
-                partitions[(name, index)] = PartitionState(tuple(p.replicas), frozenset(p.isrs), p.leader)
+        if names:
+            futures = self.admin.describe_topics(TopicCollection(names), request_timeout=self.timeout_s)
+            for name, future in futures.items():
+                try:
+                    described_topic = await _wait(future, f"DescribeTopics {name}")
+                except ClusterError:
+                    continue  # deleted meanwhile
+                for p in described_topic.partitions:
+                    partitions[(name, p.id)] = PartitionState(tuple(r.id for r in p.replicas),
+                                                              frozenset(r.id for r in p.isr),
+                                                              p.leader.id if p.leader is not None else -1)
         self._brokers, self._controller = brokers, controller
         return brokers, controller, partitions
 

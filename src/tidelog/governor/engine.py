@@ -131,16 +131,20 @@ class Engine:
         return out
 
     def _health(self, snap: Snapshot, loads: dict[int, BrokerLoad]) -> Health:
-        moving = set(snap.reassigning)
+        # the plan's own partitions are expected to be under-replicated for a moment (a move listed as
+        # finished by ListPartitionReassignments may still show its old ISR in the Metadata just read)
+        moving = set(snap.reassigning) | {key(m) for m in self.current_moves()}
         isr = {k: p.isr for k, p in snap.partitions.items()}
-        under = sum(1 for k, p in snap.partitions.items() if k not in moving and len(p.isr) < len(p.replicas))
+        under_replicated = sorted(k for k, p in snap.partitions.items() if k not in moving and len(p.isr) < len(p.replicas))
+        under = len(under_replicated)
         offline = sum(1 for p in snap.partitions.values() if p.leader < 0)
-        shrinks = isr_shrinks(self._isr, isr, moving)
+        shrinks = isr_shrinks(self._isr, isr, {k: p.replicas for k, p in snap.partitions.items()}, moving)
         self._isr = isr
         latencies = [load.p99_ms for load in loads.values() if load.p99_ms is not None]
         ratios = [1 - d.usable_bytes / d.total_bytes for dirs in snap.log_dirs.values() for d in dirs
                   if not d.offline and d.total_bytes > 0 and d.usable_bytes >= 0]
-        return Health(under, shrinks, offline, max(latencies) if latencies else None, max(ratios, default=0.0))
+        return Health(under, shrinks, offline, max(latencies) if latencies else None, max(ratios, default=0.0),
+                      tuple(f"{t}-{p}" for t, p in under_replicated[:5]))
 
     # -- plans -------------------------------------------------------------------------------------
 

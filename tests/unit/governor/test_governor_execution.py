@@ -88,7 +88,13 @@ def test_breaker_cancels_on_offline_partitions_or_a_nearly_full_disk() -> None:
 def test_isr_shrinks_ignore_moving_partitions() -> None:
     before = {("t", 0): frozenset({1, 2}), ("t", 1): frozenset({1, 2})}
     after = {("t", 0): frozenset({1}), ("t", 1): frozenset({1})}
-    assert isr_shrinks(before, after, moving={("t", 1)}) == 1
+    replicas = {("t", 0): (1, 2), ("t", 1): (1, 2)}
+    assert isr_shrinks(before, after, replicas, moving={("t", 1)}) == 1
+
+
+def test_a_replica_removed_by_a_finished_move_is_not_an_isr_shrink() -> None:
+    before = {("t", 0): frozenset({1, 2})}
+    assert isr_shrinks(before, {("t", 0): frozenset({2})}, {("t", 0): (2,)}, moving=set()) == 0
 
 
 def test_broker_missing_past_the_grace_period_is_excluded_as_dead() -> None:
