@@ -101,6 +101,10 @@ def two_kafkas(kafka_libs: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         while len(registered(admin)) < 2:
             assert time.monotonic() < deadline, f"the second Kafka broker did not register\n{second.log_tail()}"
             time.sleep(0.2)
+        # the governor would create its state topic with replication factor 2 here, and a partition of
+        # replication factor 2 on two brokers cannot be drained: give it replication factor 1
+        state = NewTopic("__tidelog_governor", 1, 1, config={"cleanup.policy": "compact"})
+        admin.create_topics([state])["__tidelog_governor"].result(30)
         yield first.bootstrap
     finally:
         second.stop()
@@ -187,6 +191,17 @@ def test_governor_leader_only_move_on_kafka_ends_in_a_preferred_election(
     while leaders(two_kafkas, topic) != {0: 1} and time.monotonic() < deadline:
         time.sleep(0.2)
     assert leaders(two_kafkas, topic) == {0: 1}
+    # replication factor 2 on two brokers could not be drained: leave the drain test a drainable cluster
+    AdminClient({"bootstrap.servers": two_kafkas}).delete_topics([topic])[topic].result(30)
+
+
+def test_governor_drain_on_kafka_refuses_what_cannot_be_drained_and_changes_nothing(
+        two_kafkas: str, capsys: pytest.CaptureFixture[str]) -> None:
+    topic = topic_on(two_kafkas, [[1, 2]], records=1)
+    run = run_cli(capsys, "governor", "drain", "2", "-b", two_kafkas, *FAST)
+    assert run.code == 1 and "hard goals unmet (excluded-brokers)" in run.err
+    assert run_cli(capsys, "governor", "status", "-b", two_kafkas, "--json").json()["control"]["drained"] == []
+    AdminClient({"bootstrap.servers": two_kafkas}).delete_topics([topic])[topic].result(30)
 
 
 def test_governor_drain_on_kafka_empties_a_broker_and_undrain_takes_it_back(

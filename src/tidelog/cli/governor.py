@@ -298,13 +298,15 @@ def _drain(args: argparse.Namespace, undrain: bool = False) -> int:
         if unknown and not undrain:
             raise CliError(f"unknown broker(s) {unknown}", 2)
         drained = drained - set(args.brokers) if undrain else drained | set(args.brokers)
-        await engine.set_control(drained=sorted(drained))
-        model = await engine.observe()
-        result = engine.propose(hard_only=not undrain, model=model)
+        assert engine.model is not None
+        excluded = {b: why for b, why in engine.excluded.items() if why != "draining" or b in drained}
+        excluded.update({b: "draining" for b in drained})
+        result = engine.propose(hard_only=not undrain, model=engine.model.with_excluded(excluded))
         verb = "undrain" if undrain else "drain"
         if not result.ok:
             raise CliError(f"cannot {verb} {args.brokers}: hard goals unmet ({', '.join(result.unmet_hard)}); "
-                           "the brokers stay marked (undrain to revert)")
+                           "nothing was changed")
+        await engine.set_control(drained=sorted(drained))
         if not result.moves:
             Output().line(f"{verb} {args.brokers}: nothing to move")
             return 0
