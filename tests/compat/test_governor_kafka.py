@@ -36,7 +36,8 @@ from helpers.cli_runner import run_cli
 from tidelog.governor.cluster import Cluster
 from tidelog.governor.execution import FOLLOWER_RATE, LEADER_REPLICAS, Throttles
 
-FAST = ["--override", "governor.interval.ms=500", "--interval", "0.3", "--max-wait", "60"]
+FAST = ["--override", "governor.interval.ms=500", "--override", "governor.moves.per.broker=10", "--interval", "0.3",
+        "--max-wait", "60"]
 
 
 class Node(ReferenceKafka):
@@ -118,6 +119,14 @@ def registered(admin: AdminClient) -> set[int]:
         return set()
 
 
+def delete_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the future resolves
+    admin.delete_topics([topic])[topic].result(30)
+    deadline = time.monotonic() + 15
+    while topic in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def topic_on(bootstrap: str, assignment: list[list[int]], records: int = 200) -> str:
     name = f"gov-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -192,7 +201,7 @@ def test_governor_leader_only_move_on_kafka_ends_in_a_preferred_election(
         time.sleep(0.2)
     assert leaders(two_kafkas, topic) == {0: 1}
     # replication factor 2 on two brokers could not be drained: leave the drain test a drainable cluster
-    AdminClient({"bootstrap.servers": two_kafkas}).delete_topics([topic])[topic].result(30)
+    delete_topic(two_kafkas, topic)
 
 
 def test_governor_drain_on_kafka_refuses_what_cannot_be_drained_and_changes_nothing(
@@ -201,7 +210,7 @@ def test_governor_drain_on_kafka_refuses_what_cannot_be_drained_and_changes_noth
     run = run_cli(capsys, "governor", "drain", "2", "-b", two_kafkas, *FAST)
     assert run.code == 1 and "hard goals unmet (excluded-brokers)" in run.err
     assert run_cli(capsys, "governor", "status", "-b", two_kafkas, "--json").json()["control"]["drained"] == []
-    AdminClient({"bootstrap.servers": two_kafkas}).delete_topics([topic])[topic].result(30)
+    delete_topic(two_kafkas, topic)
 
 
 def test_governor_drain_on_kafka_empties_a_broker_and_undrain_takes_it_back(
