@@ -31,9 +31,9 @@ from confluent_kafka.admin import AdminClient
 from tidelog.cli.common import (
     CliError,
     Output,
-    add_connection_options,
     add_json_option,
     client_config,
+    command_adder,
     parse_assignments,
 )
 from tidelog.common.config import parse_properties
@@ -66,12 +66,12 @@ def add_parser(sub: Any) -> None:
                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="governor_command", required=True, metavar="COMMAND")
 
+    add = command_adder(commands, EPILOG)
+
     def command(name: str, help_: str, func: Any) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = commands.add_parser(name, help=help_, description=help_)
-        add_connection_options(p)
+        p = add(name, help_, func)
         p.add_argument("--config", metavar="FILE", help="governor properties file (governor.* and client keys)")
         p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE", help="one setting (repeatable)")
-        p.set_defaults(func=func)
         return p
 
     plan = command("plan", "print a proposal without acting (dry run)", _plan)
