@@ -20,6 +20,7 @@ from tidelog.cli import (
     consume,
     dev_cluster,
     gateway,
+    governor,
     groups,
     log_dirs,
     partitions,
@@ -60,8 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (env TIDELOG_LOG_LEVEL; default INFO for "
                         "serve, WARNING for the client commands)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (serve, dev_cluster, gateway, agent, topics, configs, produce, consume, groups, transactions, cluster,
-                   partitions, brokers, acls, users, perf, log_dirs, web_console):
+    for module in (serve, dev_cluster, gateway, governor, agent, topics, configs, produce, consume, groups,
+                   transactions, cluster, partitions, brokers, acls, users, perf, log_dirs, web_console):
         module.add_parser(sub)
     return parser
 

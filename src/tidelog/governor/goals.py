@@ -1,0 +1,446 @@
+"""The goals, in the priority order the planner runs them: each a small object with pure methods
+over a ``State``:
+
+- ``violations(s)``: how many brokers or partitions break the goal (0: met);
+- ``score(s)``: a number for reports, lower is better (0 for a met hard goal);
+- ``propose(s, allowed)``: moves, best first, generated lazily against the *current* state: the
+  planner applies each move it is given before asking for the next, so each candidate is re-checked
+  before it is yielded and alternatives for a replica already moved are skipped. ``allowed(move)`` is
+  the verdict of the higher goals; a goal yields only moves they allow (filtering while choosing a
+  destination, rather than after, is what keeps a 100,000-partition plan fast);
+- ``accepts(s, move)``: False when the move would make this goal worse. ``allowed`` for goal k is
+  "goals 0..k-1 all accept": lower goals never undo higher ones.
+
+Hard goals (the plan fails if they cannot be met): excluded brokers emptied (dead, draining, offline
+log dir), rack awareness (no rack holds more than ceil(RF / racks) replicas of a partition), tenant
+pools (a tenant's topics only on its brokers), replica capacity, disk capacity. Tenant pools are hard
+and sit with the placement constraints, above the balance goals: as the lowest goal they could never
+move a replica back into its pool without unbalancing a higher goal.
+
+Soft goals keep each broker's level within ``[mean * (1 - t), mean * (1 + t)]`` (counts round the
+bounds outwards): disk usage (ratio of capacity), network in, network out, replica count, leader
+count, leader bytes in. A balance move transfers an ``amount`` of the metric from one broker to
+another; ``amount`` depends on the replica's role (leader or follower), see ``Metric``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from tidelog.governor.model import NO_TENANT
+from tidelog.governor.state import LeaderMove, Move, ReplicaMove, State
+
+Allowed = Callable[[Move], bool]
+
+
+class Goal:
+    name = "goal"
+    hard = False
+
+    def prepare(self, s: State) -> None:
+        """Called once before the planner works on this goal with ``s`` (caches bounds)."""
+
+    def violations(self, s: State) -> int:
+        raise NotImplementedError
+
+    def score(self, s: State) -> float:
+        return float(self.violations(s))
+
+    def propose(self, s: State, allowed: Allowed) -> Iterator[Move]:
+        raise NotImplementedError
+
+    def accepts(self, s: State, move: Move) -> bool:
+        return True
+
+
+def _by_disk_ratio(s: State, brokers: list[int]) -> list[int]:
+    return sorted(brokers, key=s.disk_ratio)
+
+
+# ----------------------------------------------------------------------------------- hard goals
+
+
+class ExcludedBrokersGoal(Goal):
+    """No replica and no leadership on a broker that is dead, draining or has an offline log dir."""
+
+    name, hard = "excluded-brokers", True
+
+    def violations(self, s: State) -> int:
+        return sum(s.replica_count[b] for b in s.brokers() if s.model.excluded[b])
+
+    def propose(self, s: State, allowed: Allowed) -> Iterator[Move]:
+        rack = s.model.broker_rack
+        usable = [b for b in s.brokers() if s.usable(b)]
+        for b in s.brokers():
+            if not s.model.excluded[b]:
+                continue
+            for p in sorted(s.on_broker[b]):
+                taken = {rack[r] for r in s.replicas[p] if r != b}
+                order = sorted(usable, key=lambda d: (rack[d] in taken, s.disk_ratio(d)))
+                for d in order:
+                    if p not in s.on_broker[b]:
+                        break
+                    if d not in s.replicas[p] and allowed(move := ReplicaMove(p, b, d)):
+                        yield move
+
+    def accepts(self, s: State, move: Move) -> bool:
+        return s.usable(move.destination)
+
+
+class RackAwareGoal(Goal):
+    """No rack (or virtual rack group) holds more than ceil(RF / racks) replicas of one partition."""
+
+    name, hard = "rack-awareness", True
+
+    def prepare(self, s: State) -> None:
+        self.racks = len({s.model.broker_rack[b] for b in s.brokers() if s.usable(b)}) or 1
+
+    def allowed(self, rf: int) -> int:
+        return math.ceil(rf / self.racks)
+
+    def _worst(self, s: State, p: int) -> int:
+        counts: dict[int, int] = {}
+        for b in s.replicas[p]:
+            r = s.model.broker_rack[b]
+            counts[r] = counts.get(r, 0) + 1
+        return max(counts.values(), default=0)
+
+    def violations(self, s: State) -> int:
+        self.prepare(s)
+        return sum(1 for p, replicas in enumerate(s.replicas) if self._worst(s, p) > self.allowed(len(replicas)))
+
+    def propose(self, s: State, allowed: Allowed) -> Iterator[Move]:
+        self.prepare(s)
+        rack = s.model.broker_rack
+        usable = [b for b in s.brokers() if s.usable(b)]
+        for p, replicas in enumerate(s.replicas):
+            limit = self.allowed(len(replicas))
+            if self._worst(s, p) <= limit:
+                continue
+            for b in replicas:
+                same = sum(1 for r in s.replicas[p] if rack[r] == rack[b])
+                if same <= limit or b not in s.replicas[p]:
+                    continue
+                counts = [rack[r] for r in s.replicas[p]]
+                for d in _by_disk_ratio(s, [d for d in usable if counts.count(rack[d]) < limit]):
+                    if b not in s.replicas[p]:
+                        break
+                    if d not in s.replicas[p] and allowed(move := ReplicaMove(p, b, d)):
+                        yield move
+
+    def accepts(self, s: State, move: Move) -> bool:
+        if isinstance(move, LeaderMove):
+            return True
+        rack = s.model.broker_rack
+        target = rack[move.destination]
+        if target == rack[move.source]:
+            return True
+        after = sum(1 for r in s.replicas[move.partition] if r != move.source and rack[r] == target) + 1
+        return after <= self.allowed(len(s.replicas[move.partition]))
+
+
+class TenantPoolGoal(Goal):
+    """A tenant's topics keep their replicas on the tenant's brokers."""
+
+    name, hard = "tenant-pools", True
+
+    def _outside(self, s: State, p: int) -> list[int]:
+        tenant = s.model.tenant_of(p)
+        if tenant == NO_TENANT:
+            return []
+        pool = s.model.tenant_brokers[tenant]
+        return [b for b in s.replicas[p] if b not in pool]
+
+    def violations(self, s: State) -> int:
+        if not s.model.tenant_brokers:
+            return 0
+        return sum(len(self._outside(s, p)) for p in range(len(s.replicas)))
+
+    def propose(self, s: State, allowed: Allowed) -> Iterator[Move]:
+        if not s.model.tenant_brokers:
+            return
+        for p in range(len(s.replicas)):
+            for b in self._outside(s, p):
+                pool = [d for d in s.model.tenant_brokers[s.model.tenant_of(p)] if s.usable(d)]
+                for d in _by_disk_ratio(s, pool):
+                    if b not in s.replicas[p]:
+                        break
+                    if d not in s.replicas[p] and allowed(move := ReplicaMove(p, b, d)):
+                        yield move
+
+    def accepts(self, s: State, move: Move) -> bool:
+        tenant = s.model.tenant_of(move.partition)
+        return tenant == NO_TENANT or move.destination in s.model.tenant_brokers[tenant]
+
+
+@dataclass
+class ReplicaCapacityGoal(Goal):
+    """At most ``max_replicas`` replicas per broker."""
+
+    max_replicas: int = 10_000
+    name = "replica-capacity"
+    hard = True
+
+    def violations(self, s: State) -> int:
+        return sum(1 for b in s.brokers() if s.replica_count[b] > self.max_replicas)
+
+    def propose(self, s: State, allowed: Allowed) -> Iterator[Move]:
+        usable = [b for b in s.brokers() if s.usable(b)]
+        for b in s.brokers():
+            for p in sorted(s.on_broker[b], key=lambda p: s.model.size[p]):
+                if s.replica_count[b] <= self.max_replicas:
+                    break
+                for d in sorted(usable, key=lambda d: s.replica_count[d]):
+                    if d not in s.replicas[p] and p in s.on_broker[b] and allowed(move := ReplicaMove(p, b, d)):
+                        yield move
+
+    def accepts(self, s: State, move: Move) -> bool:
+        return isinstance(move, LeaderMove) or s.replica_count[move.destination] + 1 <= max(
+            self.max_replicas, s.replica_count[move.destination])
+
+
+@dataclass
+class DiskCapacityGoal(Goal):
+    """No broker's logs use more than ``threshold`` of its disk capacity."""
+
+    threshold: float = 0.8
+    name = "disk-capacity"
+    hard = True
+
+    def _limit(self, s: State, b: int) -> float:
+        return self.threshold * s.model.disk_capacity[b]
+
+    def violations(self, s: State) -> int:
+        return sum(1 for b in s.brokers() if s.usable(b) and s.disk[b] > self._limit(s, b))
+
+    def score(self, s: State) -> float:
+        return max((s.disk_ratio(b) for b in s.brokers() if s.usable(b)), default=0.0)
+
+    def propose(self, s: State, allowed: Allowed) -> Iterator[Move]:
+        usable = [b for b in s.brokers() if s.usable(b)]
+        for b in usable:
+            for p in sorted(s.on_broker[b], key=lambda p: -s.model.size[p]):
+                if s.disk[b] <= self._limit(s, b):
+                    break
+                for d in _by_disk_ratio(s, usable):
+                    if p not in s.on_broker[b]:
+                        break
+                    if (d not in s.replicas[p] and s.disk[d] + s.model.size[p] <= self._limit(s, d)
+                            and allowed(move := ReplicaMove(p, b, d))):
+                        yield move
+
+    def accepts(self, s: State, move: Move) -> bool:
+        if isinstance(move, LeaderMove):
+            return True
+        d = move.destination
+        return s.disk[d] + s.model.size[move.partition] <= max(self._limit(s, d), s.disk[d])
+
+
+# ----------------------------------------------------------------------------------- balance goals
+
+# (state, partition, broker) -> the amount a move of that replica (or that leadership) transfers
+Amount = Callable[[State, int, int], float]
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    load: Callable[[State], list[float] | list[int]]
+    replica_amount: Amount | None     # None: this metric is balanced by leader moves only
+    leader_amount: Amount | None      # None: leadership does not change this metric
+    by_capacity: bool = False         # level = load / disk capacity
+    integral: bool = False
+
+
+def _if_leader(value: Callable[[State, int], float]) -> Amount:
+    return lambda s, p, b: value(s, p) if s.leader[p] == b else 0.0
+
+
+DISK = Metric("disk-usage", lambda s: s.disk, lambda s, p, b: float(s.model.size[p]), None, by_capacity=True)
+NETWORK_IN = Metric("network-in", lambda s: s.nw_in, lambda s, p, b: s.model.bytes_in[p], None)
+NETWORK_OUT = Metric("network-out", lambda s: s.nw_out, _if_leader(State.leader_out),
+                     lambda s, p, b: s.leader_out(p))
+REPLICAS = Metric("replica-count", lambda s: s.replica_count, lambda s, p, b: 1.0, None, integral=True)
+LEADERS = Metric("leader-count", lambda s: s.leader_count, None, lambda s, p, b: 1.0, integral=True)
+LEADER_IN = Metric("leader-bytes-in", lambda s: s.leader_in, None, lambda s, p, b: s.model.bytes_in[p])
+
+
+class BalanceGoal(Goal):
+    hard = False
+
+    def __init__(self, metric: Metric, threshold: float = 0.10) -> None:
+        self.metric = metric
+        self.threshold = threshold
+        self.name = metric.name
+
+    def capacity(self, s: State, b: int) -> float:
+        return float(s.model.disk_capacity[b]) if self.metric.by_capacity else 1.0
+
+    def level(self, s: State, b: int) -> float:
+        capacity = self.capacity(s, b)
+        return self.metric.load(s)[b] / capacity if capacity > 0 else math.inf
+
+    def _levels(self, s: State) -> Callable[[int], float]:
+        """A fast ``level`` bound to ``s`` (the load list is updated in place by moves)."""
+        load = self.metric.load(s)
+        if not self.metric.by_capacity:
+            return load.__getitem__
+        inverse = [1.0 / c if c > 0 else math.inf for c in s.model.disk_capacity]
+        return lambda b: load[b] * inverse[b]
+
+    def bounds(self, s: State) -> tuple[float, float]:
+        cached = s.cache.get(self.name)
+        if cached is None:
+            usable = [b for b in s.brokers() if s.usable(b)]
+            load = self.metric.load(s)
+            total = float(sum(load))
+            capacity = sum(self.capacity(s, b) for b in usable)
+            mean = total / capacity if capacity > 0 else 0.0
+            lo, hi = mean * (1 - self.threshold), mean * (1 + self.threshold)
+            if self.metric.integral:
+                lo, hi = math.floor(lo), math.ceil(hi)
+            cached = s.cache[self.name] = (lo, hi, mean)
+        return cached[0], cached[1]
+
+    def prepare(self, s: State) -> None:
+        s.cache.pop(self.name, None)
+        self.bounds(s)
+
+    def violations(self, s: State) -> int:
+        lo, hi = self.bounds(s)
+        eps = 1e-9 * max(abs(hi), 1.0)
+        level = self._levels(s)
+        return sum(1 for b in s.brokers() if s.usable(b) and not lo - eps <= level(b) <= hi + eps)
+
+    def score(self, s: State) -> float:
+        """Largest deviation of a broker from the mean, as a fraction of the mean."""
+        self.bounds(s)
+        mean = s.cache[self.name][2]
+        if mean <= 0:
+            return 0.0
+        level = self._levels(s)
+        return max((abs(level(b) - mean) / mean for b in s.brokers() if s.usable(b)), default=0.0)
+
+    def _amount(self, s: State, move: Move) -> float:
+        fn = self.metric.replica_amount if isinstance(move, ReplicaMove) else self.metric.leader_amount
+        return fn(s, move.partition, move.source) if fn is not None else 0.0
+
+    def accepts(self, s: State, move: Move) -> bool:
+        amount = self._amount(s, move)
+        if amount == 0:
+            return True
+        lo, hi = self.bounds(s)
+        src, dst = move.source, move.destination
+        new_dst = self.level(s, dst) + amount / self.capacity(s, dst)
+        new_src = self.level(s, src) - amount / self.capacity(s, src)
+        return new_dst <= hi and (new_src >= lo or not s.usable(src))
+
+    def _candidates(self, s: State, b: int) -> list[tuple[float, int, bool]]:
+        """(amount, partition, is-leader-move) of what broker ``b`` could hand over, largest first."""
+        out: list[tuple[float, int, bool]] = []
+        replica, leader = self.metric.replica_amount, self.metric.leader_amount
+        for p in s.on_broker[b]:
+            if replica is not None:
+                out.append((replica(s, p, b), p, False))
+            if leader is not None and s.leader[p] == b and len(s.replicas[p]) > 1:
+                out.append((leader(s, p, b), p, True))
+        size = s.model.size
+        # equal amounts: a leader move (copies nothing) first, then the smallest replica
+        out.sort(key=lambda c: (-c[0], not c[2], size[c[1]], c[1]))
+        return out
+
+    def propose(self, s: State, allowed: Allowed) -> Iterator[Move]:
+        lo, hi = self.bounds(s)
+        level = self._levels(s)
+        usable = [b for b in s.brokers() if s.usable(b)]
+        candidates: dict[int, list[tuple[float, int, bool]]] = {}
+        for b in sorted(usable, key=lambda b: -level(b)):
+            if level(b) <= hi:
+                break
+            yield from self._shed(s, b, usable, lo, hi, candidates, allowed, lambda b=b: level(b) <= hi)  # type: ignore[misc]
+        for d in sorted(usable, key=level):
+            if level(d) >= lo:
+                break
+            if self.metric.leader_amount is not None:
+                yield from self._pull_leadership(s, d, lo, hi, allowed)
+            if self.metric.replica_amount is None:
+                continue
+            for b in sorted(usable, key=lambda b: -level(b)):
+                if level(d) >= lo or level(b) <= level(d):
+                    break
+                yield from self._shed(s, b, [d], lo, hi, candidates, allowed, lambda d=d: level(d) >= lo)  # type: ignore[misc]
+
+    def _pull_leadership(self, s: State, d: int, lo: float, hi: float, allowed: Allowed) -> Iterator[Move]:
+        """Leader moves onto an under-loaded broker ``d`` from the leaders of partitions it follows."""
+        level, fn = self._levels(s), self.metric.leader_amount
+        assert fn is not None
+        followed = sorted(((fn(s, p, s.leader[p]), p) for p in s.on_broker[d] if 0 <= s.leader[p] != d),
+                          key=lambda c: (-c[0], c[1]))
+        for _amount, p in followed:
+            if level(d) >= lo:
+                return
+            b = s.leader[p]
+            if b == d or b < 0 or not s.usable(b):
+                continue
+            amount = fn(s, p, b)
+            if (level(b) - amount / self.capacity(s, b) >= lo and level(d) + amount / self.capacity(s, d) <= hi
+                    and allowed(move := LeaderMove(p, b, d))):
+                yield move
+
+    def _shed(self, s: State, b: int, destinations: list[int], lo: float, hi: float,
+              cache: dict[int, list[tuple[float, int, bool]]], allowed: Allowed,
+              done: Callable[[], bool]) -> Iterator[Move]:
+        """Moves handing load from ``b`` to ``destinations`` until ``done()``; each candidate replica is
+        tried on at most ``DESTINATIONS_TRIED`` destinations (least loaded first)."""
+        level = self._levels(s)
+        inverse = 1.0 / self.capacity(s, b)
+        if b not in cache:
+            cache[b] = self._candidates(s, b)
+        for _stale_amount, p, leader_move in cache[b]:
+            if done():
+                return
+            fn = self.metric.leader_amount if leader_move else self.metric.replica_amount
+            assert fn is not None
+            if (s.leader[p] != b) if leader_move else (p not in s.on_broker[b]):
+                continue
+            amount = fn(s, p, b)
+            if amount <= 0 or level(b) - amount * inverse < lo:
+                continue
+            tried = 0
+            if leader_move:
+                among = set(destinations)
+                options = sorted((r for r in s.replicas[p] if r != b and r in among), key=level)
+            else:
+                options = sorted(destinations, key=level)
+            for d in options:
+                if tried >= DESTINATIONS_TRIED or level(d) + amount / self.capacity(s, d) > hi:
+                    break
+                if not leader_move and d in s.replicas[p]:
+                    continue
+                tried += 1
+                move: Move = LeaderMove(p, b, d) if leader_move else ReplicaMove(p, b, d)
+                if not allowed(move):
+                    continue
+                yield move
+                if (s.leader[p] != b) if leader_move else (p not in s.on_broker[b]):
+                    break
+
+
+DESTINATIONS_TRIED = 40
+
+
+def default_goals(*, disk_threshold: float = 0.8, max_replicas: int = 10_000, balance_threshold: float = 0.10,
+                  leader_threshold: float = 0.10) -> list[Goal]:
+    return [
+        ExcludedBrokersGoal(), RackAwareGoal(), TenantPoolGoal(), ReplicaCapacityGoal(max_replicas),
+        DiskCapacityGoal(disk_threshold),
+        BalanceGoal(DISK, balance_threshold), BalanceGoal(NETWORK_IN, balance_threshold),
+        BalanceGoal(NETWORK_OUT, balance_threshold), BalanceGoal(REPLICAS, balance_threshold),
+        BalanceGoal(LEADERS, leader_threshold), BalanceGoal(LEADER_IN, leader_threshold),
+    ]
+
+
+def hard_goals(goals: list[Goal]) -> list[Goal]:
+    return [g for g in goals if g.hard]

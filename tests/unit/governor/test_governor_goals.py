@@ -1,0 +1,160 @@
+"""Each goal on a small hand-written cluster: it sees the violation, the planner fixes it, and the
+result holds once executed (simulated); lower goals never undo higher ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidelog.governor.goals import (
+    DISK,
+    LEADER_IN,
+    LEADERS,
+    NETWORK_IN,
+    NETWORK_OUT,
+    REPLICAS,
+    BalanceGoal,
+    DiskCapacityGoal,
+    ExcludedBrokersGoal,
+    Goal,
+    RackAwareGoal,
+    ReplicaCapacityGoal,
+    TenantPoolGoal,
+    default_goals,
+)
+from tidelog.governor.model import ClusterModel
+from tidelog.governor.planner import execute_in_simulation, plan
+from tidelog.governor.state import LeaderMove, ReplicaMove, State
+from tidelog.governor.synthetic import small_cluster
+
+SIX = [(1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "c"), (6, "c")]
+
+
+def violations_after(model: ClusterModel, goals: list[Goal]) -> dict[str, int]:
+    result = plan(model, goals)
+    state = State(execute_in_simulation(model, result.moves))
+    out = {}
+    for g in goals:
+        g.prepare(state)
+        out[g.name] = g.violations(state)
+    return out
+
+
+def test_rack_awareness_moves_a_replica_off_a_doubled_rack() -> None:
+    model = small_cluster(SIX, [("t", [1, 2, 3], 10, 1, 1)])
+    goal = RackAwareGoal()
+    goal.prepare(State(model))
+    assert goal.violations(State(model)) == 1
+    result = plan(model, [goal])
+    assert result.ok and len(result.moves) == 1
+    after = result.moves[0].after
+    assert len({dict(SIX)[b] for b in after}) == 3
+
+
+def test_rack_awareness_allows_two_per_rack_when_racks_are_fewer_than_replicas() -> None:
+    model = small_cluster([(1, "a"), (2, "a"), (3, "b"), (4, "b")], [("t", [1, 2, 3], 10, 1, 1)])
+    goal = RackAwareGoal()
+    assert goal.violations(State(model)) == 0
+
+
+def test_rack_awareness_refuses_a_move_onto_a_used_rack() -> None:
+    model = small_cluster(SIX, [("t", [1, 3, 5], 10, 1, 1)])
+    s = State(model)
+    goal = RackAwareGoal()
+    goal.prepare(s)
+    assert not goal.accepts(s, ReplicaMove(0, 0, 2))  # broker 1 (a) -> 3 (b): b already used
+    assert goal.accepts(s, ReplicaMove(0, 0, 1))      # a -> a: same rack
+
+
+def test_excluded_broker_is_emptied_and_keeps_racks_spread() -> None:
+    model = small_cluster(SIX, [("t", [1, 3, 5], 10, 1, 1), ("t", [5, 1, 3], 10, 1, 1)]).with_excluded({1: "draining"})
+    goals = [ExcludedBrokersGoal(), RackAwareGoal()]
+    result = plan(model, goals)
+    assert result.ok
+    assert all(1 not in m.after for m in result.moves) and len(result.moves) == 2
+    assert violations_after(model, goals) == {"excluded-brokers": 0, "rack-awareness": 0}
+    # the replacement is broker 2, the other broker of rack a
+    assert all(2 in m.after for m in result.moves)
+
+
+def test_excluded_broker_with_nowhere_to_go_is_reported_unmet() -> None:
+    model = small_cluster([(1, "a"), (2, "b")], [("t", [1, 2], 10, 1, 1)]).with_excluded({2: "dead"})
+    result = plan(model, [ExcludedBrokersGoal()])
+    assert not result.ok and result.unmet_hard == ("excluded-brokers",)
+
+
+def test_tenant_pool_pulls_a_topic_back_onto_its_brokers() -> None:
+    model = small_cluster(SIX, [("billing", [1, 3], 10, 1, 1)], tenants={"billing": ("acme", {3, 4, 5, 6})})
+    result = plan(model, [TenantPoolGoal(), RackAwareGoal()])
+    assert result.ok
+    assert set(result.moves[0].after) <= {3, 4, 5, 6}
+
+
+def test_replica_capacity_caps_replicas_per_broker() -> None:
+    parts = [("t", [1], 10, 1, 1)] * 5
+    model = small_cluster([(1, "a"), (2, "b")], parts)
+    result = plan(model, [ReplicaCapacityGoal(max_replicas=3)])
+    assert result.ok
+    final = State(execute_in_simulation(model, result.moves))
+    assert max(final.replica_count) <= 3
+
+
+def test_disk_capacity_moves_bytes_off_a_full_broker() -> None:
+    model = small_cluster([(1, "a"), (2, "b"), (3, "c")], [("t", [1], 500, 1, 1), ("t", [1], 400, 1, 1),
+                                                           ("t", [2], 100, 1, 1)], disk_capacity=1000)
+    result = plan(model, [DiskCapacityGoal(threshold=0.8)])
+    assert result.ok
+    assert State(execute_in_simulation(model, result.moves)).disk_ratio(0) <= 0.8
+
+
+def test_disk_capacity_refuses_moves_that_overfill_the_destination() -> None:
+    model = small_cluster([(1, "a"), (2, "b")], [("t", [1], 500, 1, 1), ("t", [2], 700, 1, 1)], disk_capacity=1000)
+    s, goal = State(model), DiskCapacityGoal(threshold=0.8)
+    assert not goal.accepts(s, ReplicaMove(0, 0, 1))
+
+
+@pytest.mark.parametrize("metric", [DISK, NETWORK_IN, REPLICAS], ids=lambda m: m.name)
+def test_balance_goal_evens_a_skewed_cluster(metric: object) -> None:
+    parts = [("t", [1 + (i % 2)], 100, 10.0, 10.0) for i in range(8)] + [("u", [1], 100, 10.0, 10.0)] * 4
+    model = small_cluster([(1, "a"), (2, "b"), (3, "c"), (4, "d")], parts, disk_capacity=10_000)
+    goal = BalanceGoal(metric, 0.10)  # type: ignore[arg-type]
+    assert goal.violations(State(model)) > 0
+    assert violations_after(model, [goal]) == {metric.name: 0}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("metric", [LEADERS, LEADER_IN, NETWORK_OUT], ids=lambda m: m.name)
+def test_leader_goals_balance_by_moving_leadership_only(metric: object) -> None:
+    # every partition led by broker 1; replicas already spread: only leadership needs to move
+    parts = [("t", [1, 2, 3], 100, 10.0, 5.0) for _ in range(6)]
+    model = small_cluster([(1, "a"), (2, "b"), (3, "c")], parts)
+    goal = BalanceGoal(metric, 0.10)  # type: ignore[arg-type]
+    result = plan(model, [goal])
+    assert result.replica_moves == 0 and result.leader_moves > 0
+    assert result.bytes_to_copy == 0 and all(m.leader_only for m in result.moves)
+    assert violations_after(model, [goal]) == {metric.name: 0}  # type: ignore[attr-defined]
+
+
+def test_lower_goal_never_breaks_rack_awareness() -> None:
+    # replica count pulls toward broker 2, but broker 2 shares rack a with broker 1: refused
+    parts = [("t", [1, 3], 10, 1, 1)] * 4
+    model = small_cluster([(1, "a"), (2, "a"), (3, "b")], parts)
+    result = plan(model, [RackAwareGoal(), BalanceGoal(REPLICAS, 0.0)])
+    final = State(execute_in_simulation(model, result.moves))
+    rack = RackAwareGoal()
+    assert rack.violations(final) == 0
+
+
+def test_leader_move_swaps_the_preferred_leader_to_the_front() -> None:
+    model = small_cluster(SIX, [("t", [1, 3, 5], 10, 1, 1)])
+    s = State(model)
+    s.apply(LeaderMove(0, 0, 4))
+    assert s.replicas[0] == (4, 0, 2) and s.leader[0] == 4 and s.leader_count[4] == 1 and s.leader_count[0] == 0
+
+
+def test_plan_reports_scores_before_and_after_for_every_goal() -> None:
+    parts = [("t", [1, 3, 5], 100, 10.0, 5.0) for _ in range(12)]
+    model = small_cluster(SIX, parts, disk_capacity=100_000)
+    result = plan(model, default_goals())
+    names = [g.name for g in result.goals]
+    assert names[:5] == ["excluded-brokers", "rack-awareness", "tenant-pools", "replica-capacity", "disk-capacity"]
+    disk = next(g for g in result.goals if g.name == "disk-usage")
+    assert disk.violations_before > 0 and disk.violations_after == 0 and disk.score_after < disk.score_before
