@@ -34,11 +34,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Groups for pytest-xdist's ``--dist loadgroup`` (scripts/test runs the suite on several workers).
 
     A file's tests stay together on one worker, so its module-scoped brokers and clusters start once;
-    the whole compat tier is one group, so the reference Apache Kafka starts once and its report is
-    written whole. A test may name its own group with ``@pytest.mark.xdist_group``."""
+    every test of the shared reference Apache Kafka (the compat tier's ``reference_kafka``) is in one
+    group, so that Kafka starts once and the compat report is written whole (the compat files that
+    start Kafka nodes of their own are groups of their own). A test may name its own group with
+    ``@pytest.mark.xdist_group``."""
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue
-        path = Path(str(item.path))
-        group = "compat" if "compat" in path.parts else path.stem
-        item.add_marker(pytest.mark.xdist_group(group))
+        uses_reference = "reference_kafka" in getattr(item, "fixturenames", ())
+        item.add_marker(pytest.mark.xdist_group("compat" if uses_reference else item.path.stem))
