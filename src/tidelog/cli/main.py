@@ -20,6 +20,7 @@ from tidelog.cli import (
     dev_cluster,
     gateway,
     groups,
+    mirror,
     perf,
     produce,
     serve,
@@ -56,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (env TIDELOG_LOG_LEVEL; default INFO for "
                         "serve, WARNING for the client commands)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (serve, dev_cluster, gateway, agent, topics, configs, produce, consume, groups, transactions, cluster,
+    for module in (serve, dev_cluster, gateway, agent, mirror, topics, configs, produce, consume, groups, transactions, cluster,
                    acls, users, perf):
         module.add_parser(sub)
     return parser
@@ -64,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    default_level = "INFO" if args.command in ("serve", "dev-cluster", "gateway", "agent") else "WARNING"
+    default_level = "INFO" if args.command in ("serve", "dev-cluster", "gateway", "agent", "mirror") else "WARNING"
     args.log_level = (args.log_level or os.environ.get("TIDELOG_LOG_LEVEL") or default_level).upper()
     if args.command not in ("serve", "gateway"):  # serve: from its settings (log.format); gateway: its own
         configure_logging(args.log_level, "text")
