@@ -64,6 +64,7 @@ class Mirror:
         self.topics: dict[str, int] = {}  # mirrored source topic -> partitions
         self._retake: dict[int, float] = {}  # dropped (fenced) shard -> when to look at the group again
         self._fences: list[float] = []
+        self._group_error = ""
         self._stop = threading.Event()
         self.source_admin = AdminClient(shared_settings(config.source))
         self.dest_admin = AdminClient(shared_settings(config.destination))
@@ -210,7 +211,7 @@ class Mirror:
         next_metrics = 0.0
         try:
             while not stop.is_set():
-                self.group.poll(0)
+                self._poll_group()
                 now = self.clock()
                 if now >= next_refresh:
                     self._refresh()
@@ -227,6 +228,22 @@ class Mirror:
             self._commit_all()
         finally:
             self.close()
+
+    def _poll_group(self) -> None:
+        assert self.group is not None
+        try:
+            message = self.group.poll(0)
+        except KafkaException as exc:
+            message, error = None, exc.args[0]
+        else:
+            error = message.error() if message is not None else None
+        if error is not None:
+            self.metrics.errors.inc(("group",))
+            if error.str() != self._group_error:
+                log.warning("link group %s: %s", self.config.group_id, error.str())
+            self._group_error = error.str()
+        elif message is not None:
+            self._group_error = ""
 
     def _handle(self, message: Message, now: float) -> None:
         error = message.error()

@@ -1,0 +1,210 @@
+"""Driving ``tidelog mirror`` in tests: a link's TOML file, the mirror as a subprocess, a mixed workload
+(plain, idempotent and transactional producers, some transactions aborted), and the check that the
+destination holds the source's committed records, record for record, nothing twice.
+
+Used by the integration tier (two tidelog brokers) and the compat tier (Apache Kafka as one side).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from helpers.broker_process import REPO_ROOT
+
+OFFSET_HEADER = "tidelog.mirror.offset"
+Record = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
+
+
+def write_config(path: Path, *, name: str, source: str, destination: str, include: Iterable[str],
+                 rename: str = "{topic}", link: Mapping[str, object] | None = None,
+                 destination_extra: Mapping[str, str] | None = None) -> Path:
+    settings = {"name": name, "shards": 8, "transaction.interval.ms": 200, "metadata.refresh.ms": 1000,
+                "session.timeout.ms": 3000, "transaction.timeout.ms": 10000, **(link or {})}
+    lines = ["[link]"] + [f'"{k}" = {_toml(v)}' for k, v in settings.items()]
+    lines += ["[topics]", f"include = {_toml(list(include))}", f"rename = {_toml(rename)}"]
+    lines += ["[source]", f'"bootstrap.servers" = "{source}"']
+    lines += ["[destination]", f'"bootstrap.servers" = "{destination}"']
+    lines += [f'"{k}" = {_toml(v)}' for k, v in (destination_extra or {}).items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class MirrorProcess:
+    """``python -m tidelog mirror run --config FILE`` with its output in ``log``."""
+
+    def __init__(self, config: Path, log: Path) -> None:
+        self.config = config
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> MirrorProcess:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", HYPOTHESIS_STORAGE_DIRECTORY=str(REPO_ROOT / ".hypothesis"))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT / "src"), env.get("PYTHONPATH")]))
+        self.starts += 1
+        with self.log.open("ab") as out:
+            out.write(f"=== start #{self.starts} ===\n".encode())
+            out.flush()
+            self.process = subprocess.Popen([sys.executable, "-m", "tidelog", "mirror", "run", "--config",
+                                             str(self.config)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                            env=env)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill9(self) -> None:
+        if self.running():
+            assert self.process is not None
+            self.process.kill()
+            self.process.wait(10)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+                raise AssertionError(f"mirror did not stop in {timeout} s; log:\n{self.tail()}") from None
+        return int(self.process.returncode)
+
+    def rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+    def close(self) -> None:
+        if self.running():
+            try:
+                self.stop(10)
+            except AssertionError:
+                pass
+        self.kill9()
+
+
+def produce_mixed(bootstrap: str, topic: str, partitions: int, records: int, *, seed: int = 7,
+                  value_size: int = 100, abort_every: int = 4) -> int:
+    """Write ``records`` records over ``partitions``: a third plain, a third idempotent, a third in
+    transactions of which every ``abort_every``-th is aborted (its records are written, then aborted).
+    Keys, headers and CreateTime timestamps vary. Returns the number of committed records."""
+    rng = random.Random(seed)
+    pad = b"x" * max(0, value_size - 12)
+    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": False, "acks": "all"})
+    idem = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    txn = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "transactional.id": f"{topic}-writer"})
+    txn.init_transactions(30)
+    committed = 0
+    base_ts = int(time.time() * 1000) - 3_600_000
+    n = 0
+    batch = 0
+    while n < records:
+        chunk = min(1000, records - n)
+        which = batch % 3
+        aborted = which == 2 and (batch // 3) % abort_every == abort_every - 1
+        producer = (plain, idem, txn)[which]
+        if which == 2:
+            txn.begin_transaction()
+        for i in range(n, n + chunk):
+            key = None if i % 17 == 0 else b"k%d" % rng.randrange(1000)
+            value = None if i % 101 == 0 else b"%012d" % i + pad
+            headers = [("h", b"%d" % i)] if i % 3 == 0 else None
+            while True:
+                try:
+                    producer.produce(topic, value, key, partition=rng.randrange(partitions), headers=headers,
+                                     timestamp=base_ts + i)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        if which == 2:
+            if aborted:
+                txn.abort_transaction(30)
+            else:
+                txn.commit_transaction(30)
+        else:
+            producer.poll(0)
+        if not aborted:
+            committed += chunk
+        n += chunk
+        batch += 1
+    for p in (plain, idem):
+        assert p.flush(60) == 0
+    return committed
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, strip_header: bool = False,
+             timeout: float = 60.0) -> dict[int, list[Record]]:
+    """Every committed record of every partition, up to the high watermarks taken now."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "mirror-test-reader", "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "fetch.max.bytes": 8 << 20})
+    out: dict[int, list[Record]] = {p: [] for p in range(partitions)}
+    try:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions) if ends[p] > 0])
+        pending = {p for p in range(partitions) if ends[p] > 0}
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            for message in consumer.consume(5000, 0.2):
+                if message.error() is not None:
+                    continue
+                headers = tuple((k, v) for k, v in (message.headers() or [])
+                                if not (strip_header and k == OFFSET_HEADER))
+                out[message.partition() or 0].append((message.key(), message.value(), headers,
+                                                      message.timestamp()[1]))
+            for tp in consumer.position([TopicPartition(topic, p) for p in list(pending)]):
+                if tp.offset >= ends[tp.partition]:
+                    pending.discard(tp.partition)
+        assert not pending, f"{topic}: partitions {sorted(pending)} not read to their end in {timeout} s"
+        return out
+    finally:
+        consumer.close()
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "mirror-test-ends"})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
+def assert_same(source: dict[int, list[Record]], destination: dict[int, list[Record]]) -> None:
+    """Partition for partition, record for record (key, value, headers, timestamp), nothing twice."""
+    for partition, records in source.items():
+        copied = destination.get(partition, [])
+        assert len(copied) == len(records), (
+            f"partition {partition}: {len(records)} source records, {len(copied)} on the destination")
+        for index, (a, b) in enumerate(zip(records, copied, strict=True)):
+            assert a == b, f"partition {partition} record {index}: source {a[:3]!r}..., destination {b[:3]!r}..."
