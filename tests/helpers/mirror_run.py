@@ -12,8 +12,9 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -56,11 +57,13 @@ class MirrorProcess:
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self._log_from = 0
 
     def start(self) -> MirrorProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1", HYPOTHESIS_STORAGE_DIRECTORY=str(REPO_ROOT / ".hypothesis"))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT / "src"), env.get("PYTHONPATH")]))
         self.starts += 1
+        self._log_from = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as out:
             out.write(f"=== start #{self.starts} ===\n".encode())
             out.flush()
@@ -68,6 +71,18 @@ class MirrorProcess:
                                              str(self.config)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                             env=env)
         return self
+
+    def wait_started(self, timeout: float = 60.0) -> None:
+        """Until this start has logged that it runs the link (past imports and topic sync)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.log.open("rb") as f:
+                f.seek(self._log_from)
+                if b"tidelog.mirror.copier: mirror link" in f.read():
+                    return
+            assert self.running(), f"mirror exited:\n{self.tail()}"
+            time.sleep(0.1)
+        raise AssertionError(f"mirror did not start in {timeout} s:\n{self.tail()}")
 
     @property
     def pid(self) -> int:
@@ -208,3 +223,66 @@ def assert_same(source: dict[int, list[Record]], destination: dict[int, list[Rec
             f"partition {partition}: {len(records)} source records, {len(copied)} on the destination")
         for index, (a, b) in enumerate(zip(records, copied, strict=True)):
             assert a == b, f"partition {partition} record {index}: source {a[:3]!r}..., destination {b[:3]!r}..."
+
+
+def caught_up(config: Path, source: str, topic: str, partitions: int) -> bool:
+    """Every partition's committed checkpoint is at the source's end (tidelog mirror status, as a library)."""
+    from tidelog.mirror import load_config
+    from tidelog.mirror.status import checkpoints
+
+    ends = end_offsets(source, topic, partitions)
+    saved = checkpoints(load_config(config))
+    return all(ends[p] == 0 or ((topic, p) in saved and saved[(topic, p)].next >= ends[p]) for p in range(partitions))
+
+
+def offsets_strictly_grow(destination: dict[int, list[Record]]) -> None:
+    for partition, records in destination.items():
+        offsets = [int(dict(r[2])[OFFSET_HEADER] or b"-1") for r in records]
+        assert offsets == sorted(set(offsets)), f"partition {partition}: a source offset copied twice or out of order"
+
+
+def kill_and_cut_scenario(source: str, destination: str, workdir: Path, *, topic: str, partitions: int,
+                          records: int, processes: int = 2, kills: int = 4, cut: Callable[[], None] | None = None,
+                          heal: Callable[[], None] | None = None, seed: int = 11, timeout: float = 120.0) -> int:
+    """Mirror ``topic`` while it is written, killing a random mirror process with SIGKILL ``kills`` times
+    at random moments (and cutting the destination link once, with ``cut``/``heal``); then check the
+    destination equals the source. Returns the number of committed records."""
+    rng = random.Random(seed)
+    config = write_config(workdir / "link.toml", name=f"{topic}-link", source=source, destination=destination,
+                          include=[topic])
+    written: list[int] = []
+    writer = threading.Thread(target=lambda: written.append(produce_mixed(source, topic, partitions, records)))
+    mirrors = [MirrorProcess(config, workdir / f"mirror-{i}.log") for i in range(processes)]
+    try:
+        for mirror in mirrors:
+            mirror.start()
+        writer.start()
+        for round_ in range(kills):
+            victim = rng.choice(mirrors)
+            victim.wait_started()
+            time.sleep(rng.uniform(0.3, 2.5))
+            victim.kill9()
+            if round_ == 1 and cut is not None and heal is not None:
+                cut()
+                time.sleep(rng.uniform(1.5, 3.0))
+                heal()
+            time.sleep(rng.uniform(0.1, 1.0))
+            victim.start()
+        writer.join(timeout)
+        assert written, "the writer did not finish"
+        deadline = time.monotonic() + timeout
+        while not caught_up(config, source, topic, partitions):
+            assert time.monotonic() < deadline, "mirror not caught up; logs:\n" + "\n".join(m.tail() for m in mirrors)
+            assert all(m.running() for m in mirrors), "a mirror exited:\n" + "\n".join(m.tail() for m in mirrors)
+            time.sleep(0.5)
+        for mirror in mirrors:
+            assert mirror.stop() == 0, mirror.tail()
+    finally:
+        for mirror in mirrors:
+            mirror.close()
+    copied = read_all(destination, topic, partitions)
+    offsets_strictly_grow(copied)
+    original = read_all(source, topic, partitions)
+    assert sum(len(v) for v in original.values()) == written[0]
+    assert_same(original, read_all(destination, topic, partitions, strip_header=True))
+    return written[0]

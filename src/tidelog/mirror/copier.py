@@ -223,6 +223,7 @@ class Mirror:
                 if self.budget.full() or self._interval_due(now):
                     self._commit_all()
                 if now >= next_metrics:
+                    self._advance_idle(now)
                     self._observe(time.time())
                     next_metrics = now + 1.0
             self._commit_all()
@@ -369,6 +370,25 @@ class Mirror:
             self.topics = topics
             for shard in self.shards.values():
                 self._follow(shard)
+
+    def _advance_idle(self, now: float) -> None:
+        """Partitions with nothing in flight whose source position went past their checkpoint (only
+        records that are not copied were there) get their checkpoint moved (Shard.advance). Called
+        between batches, when every record consume() returned has been handled."""
+        assert self.source is not None
+        for shard in list(self.shards.values()):
+            idle = [s for s in shard.partitions.values() if s.reading and s.pending_next is None]
+            if not idle:
+                continue
+            positions = self.source.position([TopicPartition(s.topic, s.partition) for s in idle])
+            for state, tp in zip(idle, positions, strict=True):
+                known = state.committed.next if state.committed is not None else -1
+                if tp.error is None and tp.offset >= 0 and tp.offset > known and tp.offset > (state.origin or 0):
+                    try:
+                        shard.advance(state, tp.offset, now)
+                    except KafkaException as exc:
+                        self._failed(shard, exc.args[0])
+                        break
 
     def _observe(self, now_s: float) -> None:
         assert self.source is not None

@@ -97,6 +97,16 @@ class Shard:
         self.touched.add((state.topic, state.partition))
         return len(value or b"") + len(key or b"") + 64
 
+    def advance(self, state: PartitionState, position: int, now: float) -> None:
+        """Move the partition's checkpoint to ``position`` with no copy: the source consumer went past
+        records that are not copied (control records, aborted data), so that the committed position,
+        and the lag, reach the source's end."""
+        if self.open_since is None:
+            self.producer.begin_transaction()
+            self.open_since = now
+        state.pending_next = position
+        self.touched.add((state.topic, state.partition))
+
     def on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:
             self.delivery_error = error
