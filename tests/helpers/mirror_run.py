@@ -186,7 +186,7 @@ def read_all(bootstrap: str, topic: str, partitions: int, strip_header: bool = F
                          "isolation.level": "read_committed", "fetch.max.bytes": 8 << 20})
     out: dict[int, list[Record]] = {p: [] for p in range(partitions)}
     try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+        ends = end_offsets(bootstrap, topic, partitions)
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions) if ends[p] > 0])
         pending = {p for p in range(partitions) if ends[p] > 0}
         deadline = time.monotonic() + timeout
@@ -208,11 +208,10 @@ def read_all(bootstrap: str, topic: str, partitions: int, strip_header: bool = F
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "mirror-test-ends"})
-    try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
-    finally:
-        consumer.close()
+    from tidelog.mirror.status import end_offsets as ends
+
+    found = ends({"bootstrap.servers": bootstrap}, [(topic, p) for p in range(partitions)])
+    return {p: offset for (_t, p), offset in found.items()}
 
 
 def assert_same(source: dict[int, list[Record]], destination: dict[int, list[Record]]) -> None:
@@ -290,3 +289,60 @@ def kill_and_cut_scenario(source: str, destination: str, workdir: Path, *, topic
     assert sum(len(v) for v in original.values()) == written[0]
     assert_same(original, read_all(destination, topic, partitions, strip_header=True))
     return written[0]
+
+
+def create_wide_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 180.0) -> str:
+    """Create a topic of many partitions, waiting as long as a loaded machine needs."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+                                  operation_timeout=timeout, request_timeout=timeout)
+    futures[topic].result(timeout=timeout)
+    return topic
+
+
+def fill_partitions(bootstrap: str, topic: str, partitions: int, per_partition: int, value_size: int) -> int:
+    """``per_partition`` records of ``value_size`` bytes in every partition (one idempotent producer)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True,
+                         "queue.buffering.max.kbytes": 262144})
+    value = b"v" * value_size
+    for i in range(per_partition):
+        for partition in range(partitions):
+            while True:
+                try:
+                    producer.produce(topic, value, b"k%d" % i, partition=partition)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.poll(0)
+    assert producer.flush(120) == 0
+    return partitions * per_partition
+
+
+def footprint(source: str, destination: str, workdir: Path, *, topic: str, partitions: int, records: int,
+              budget_bytes: int, timeout: float = 300.0) -> tuple[float, float]:
+    """Run one mirror process over ``topic`` until every partition is caught up, sampling its RSS every
+    0.2 s. Returns (peak RSS in MiB, seconds from the process start to caught up)."""
+    config = write_config(workdir / "footprint.toml", name=f"{topic}-link", source=source, destination=destination,
+                          include=[topic], link={"budget.bytes": budget_bytes, "metadata.refresh.ms": 60_000,
+                                                 "session.timeout.ms": 10_000})
+    mirror = MirrorProcess(config, workdir / "footprint.log").start()
+    started = time.monotonic()
+    peak = 0
+    next_check = started + 2.0
+    try:
+        while True:
+            assert mirror.running(), mirror.tail()
+            peak = max(peak, mirror.rss_bytes())
+            if time.monotonic() >= next_check:
+                if caught_up(config, source, topic, partitions):
+                    break
+                next_check = time.monotonic() + 2.0
+            assert time.monotonic() - started < timeout, f"not caught up in {timeout} s:\n{mirror.tail()}"
+            time.sleep(0.2)
+        elapsed = time.monotonic() - started
+        assert mirror.stop() == 0, mirror.tail()
+    finally:
+        mirror.close()
+    return peak / (1 << 20), elapsed

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from tidelog.clients.transactional import read_to_end, shared_settings
 from tidelog.mirror.config import MirrorConfig
@@ -65,19 +66,21 @@ def owners(config: MirrorConfig) -> dict[int, str]:
     return out
 
 
-def _ends(settings: dict[str, object], keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    consumer = Consumer({**settings, "group.id": "tidelog-mirror-status", "enable.auto.commit": False})
-    try:
-        out = {}
-        for topic, partition in keys:
-            try:
-                out[(topic, partition)] = consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                                         timeout=TIMEOUT_S)[1]
-            except KafkaException:
-                out[(topic, partition)] = -1
+def end_offsets(settings: dict[str, Any], keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """High watermarks of many partitions in one ListOffsets round per broker; -1 where unknown."""
+    admin = AdminClient(settings)
+    out = dict.fromkeys(keys, -1)
+    if not keys:
         return out
-    finally:
-        consumer.close()
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    futures = admin.list_offsets({TopicPartition(t, p): latest for t, p in keys},
+                                 request_timeout=TIMEOUT_S)
+    for tp, future in futures.items():
+        try:
+            out[(tp.topic, tp.partition)] = future.result(timeout=TIMEOUT_S).offset
+        except KafkaException:
+            pass
+    return out
 
 
 def status(config: MirrorConfig) -> list[PartitionStatus]:
@@ -85,8 +88,8 @@ def status(config: MirrorConfig) -> list[PartitionStatus]:
     owned = owners(config)
     sync = TopicSync(config, AdminClient(shared_settings(config.source)), AdminClient(shared_settings(config.destination)))
     keys = sorted({(t, p) for t, n in sync.source_topics().items() for p in range(n)} | set(saved))
-    source_ends = _ends(shared_settings(config.source), keys)
-    dest_ends = _ends(shared_settings(config.destination), [(config.topics.destination(t), p) for t, p in keys])
+    source_ends = end_offsets(shared_settings(config.source), keys)
+    dest_ends = end_offsets(shared_settings(config.destination), [(config.topics.destination(t), p) for t, p in keys])
     rows = []
     for topic, partition in keys:
         shard = shard_of(topic, partition, config.shards)
