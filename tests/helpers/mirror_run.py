@@ -246,13 +246,14 @@ def offsets_strictly_grow(destination: dict[int, list[Record]]) -> None:
 
 def kill_and_cut_scenario(source: str, destination: str, workdir: Path, *, topic: str, partitions: int,
                           records: int, processes: int = 2, kills: int = 4, cut: Callable[[], None] | None = None,
-                          heal: Callable[[], None] | None = None, seed: int = 11, timeout: float = 120.0) -> int:
+                          heal: Callable[[], None] | None = None, seed: int = 11, timeout: float = 120.0,
+                          link: Mapping[str, object] | None = None) -> int:
     """Mirror ``topic`` while it is written, killing a random mirror process with SIGKILL ``kills`` times
     at random moments (and cutting the destination link once, with ``cut``/``heal``); then check the
     destination equals the source. Returns the number of committed records."""
     rng = random.Random(seed)
     config = write_config(workdir / "link.toml", name=f"{topic}-link", source=source, destination=destination,
-                          include=[topic])
+                          include=[topic], link=link)
     written: list[int] = []
     writer = threading.Thread(target=lambda: written.append(produce_mixed(source, topic, partitions, records)))
     mirrors = [MirrorProcess(config, workdir / f"mirror-{i}.log") for i in range(processes)]
