@@ -284,8 +284,8 @@ class Mirror:
 
         def flush() -> None:
             while producer.flush(1.0) > 0:
-                if self._stop.is_set() and shard.number not in self.shards:
-                    return
+                if self._stop.is_set():
+                    return  # stopping in an outage: the commit fails, the next owner aborts
 
         try:
             checkpoints = shard.write_checkpoints(int(time.time() * 1000), flush)
