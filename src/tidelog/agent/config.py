@@ -33,13 +33,16 @@ from __future__ import annotations
 import dataclasses
 import re
 import socket
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tidelog.common.errors import ConfigError
+from tidelog.common.toml_settings import client_settings, flatten, load_toml
+from tidelog.common.toml_settings import integer as _int
+from tidelog.common.toml_settings import strings as _strings
+from tidelog.common.toml_settings import text as _str
 
 _AGENT_INTS = {
     "transaction.interval.ms": 200, "transaction.max.records": 10_000, "poll.interval.ms": 100,
@@ -79,38 +82,6 @@ class AgentConfig:
 
     def with_bootstrap(self, servers: str) -> AgentConfig:
         return dataclasses.replace(self, kafka={**self.kafka, "bootstrap.servers": servers})
-
-
-def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists and scalars are leaves)."""
-    out: dict[str, Any] = {}
-    for key, value in table.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
-
-
-def _int(where: str, key: str, value: object, minimum: int = 1) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ConfigError(f"{where}{key}: expected an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def _str(where: str, key: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}{key}: expected a non-empty string, got {value!r}")
-    return value
-
-
-def _strings(where: str, key: str, value: object) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"{where}{key}: expected a list of non-empty strings, got {value!r}")
-    return tuple(value)
 
 
 def _file_group(index: int, table: object) -> FileGroup:
@@ -162,7 +133,7 @@ def parse_config(document: Mapping[str, Any]) -> AgentConfig:
         agent_id=_str("agent.", "id", agent.get("id", hostname)),
         host=_str("agent.", "host", agent.get("host", hostname)),
         files=tuple(_file_group(i, table) for i, table in enumerate(groups)),
-        kafka={k: v if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else v for k, v in kafka.items()},
+        kafka=client_settings(kafka),
         positions_topic=_str("agent.", "positions.topic", agent.get("positions.topic", "__tidelog_agent_positions")),
         **ints,
     )
@@ -172,10 +143,4 @@ def parse_config(document: Mapping[str, Any]) -> AgentConfig:
 
 
 def load_config(path: Path) -> AgentConfig:
-    try:
-        document = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return parse_config(document)
+    return parse_config(load_toml(path))

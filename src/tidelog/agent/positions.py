@@ -20,18 +20,14 @@ previous incarnation left open, up to the high watermark taken then: the last va
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import Message
 
 from tidelog.agent.files import SavedGeneration
-
-# librdkafka settings a consumer understands too (connection and security); the rest are the producer's.
-_SHARED_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "client.", "socket.", "reconnect.",
-                    "broker.", "api.version", "metadata.", "topic.metadata", "retry.backoff", "debug", "log_level")
+from tidelog.clients.transactional import ReadError, read_to_end, shared_settings
 
 
 class PositionsError(Exception):
@@ -66,53 +62,25 @@ def decode(value: bytes) -> tuple[str, SavedSource]:
 
 
 def consumer_settings(kafka: Mapping[str, Any]) -> dict[str, Any]:
-    shared = {k: v for k, v in kafka.items() if k.startswith(_SHARED_PREFIXES)}
-    return {**shared, "group.id": "tidelog-agent-positions", "enable.auto.commit": False,
+    return {**shared_settings(kafka), "group.id": "tidelog-agent-positions", "enable.auto.commit": False,
             "isolation.level": "read_committed", "enable.partition.eof": True}
 
 
 def load(kafka: Mapping[str, Any], topic: str, agent_id: str, timeout: float = 60.0) -> dict[str, SavedSource]:
     """The committed position of every source of ``agent_id``: read the topic to its high watermark."""
-    consumer = Consumer(consumer_settings(kafka))
-    try:
-        metadata = consumer.list_topics(topic, timeout=timeout)
-        described = metadata.topics.get(topic)
-        if described is None or described.error is not None:
-            raise PositionsError(f"{topic}: {described.error if described else 'unknown topic'}")
-        ends: dict[int, int] = {}
-        for partition in described.partitions:
-            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
-            if high > 0:
-                ends[partition] = high
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
-        return _read(consumer, topic, agent_id, ends, time.monotonic() + timeout)
-    finally:
-        consumer.close()
-
-
-def _read(consumer: Consumer, topic: str, agent_id: str, ends: dict[int, int], deadline: float
-          ) -> dict[str, SavedSource]:
     found: dict[str, SavedSource] = {}
-    pending = dict(ends)
-    while pending:
-        if time.monotonic() > deadline:
-            raise PositionsError(f"{topic}: not read to its end in time (an open transaction holds it?)")
-        message = consumer.poll(0.2)
-        if message is None:
-            continue
-        error = message.error()
-        if error is not None and error.code() != KafkaError._PARTITION_EOF:
-            raise PositionsError(f"{topic}: {error}")
-        if error is None and message.value() is not None:
-            try:
-                owner, source = decode(message.value() or b"")
-            except (ValueError, KeyError, TypeError) as exc:
-                raise PositionsError(f"{topic} [{message.partition()}] offset {message.offset()}: not a "
-                                     f"position record ({exc!r}); delete it or use another positions.topic"
-                                     ) from None
-            if owner == agent_id:
-                found[source.source_id] = source
-        for tp in consumer.position([TopicPartition(topic, p) for p in list(pending)]):
-            if tp.offset >= pending[tp.partition]:
-                del pending[tp.partition]
+
+    def take(message: Message) -> None:
+        try:
+            owner, source = decode(message.value() or b"")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PositionsError(f"{topic} [{message.partition()}] offset {message.offset()}: not a "
+                                 f"position record ({exc!r}); delete it or use another positions.topic") from None
+        if owner == agent_id:
+            found[source.source_id] = source
+
+    try:
+        read_to_end(shared_settings(kafka), topic, None, take, timeout)
+    except ReadError as exc:
+        raise PositionsError(str(exc)) from None
     return found

@@ -44,11 +44,10 @@ from tidelog.agent import positions
 from tidelog.agent.config import AgentConfig, FileGroup
 from tidelog.agent.files import Generation, SavedGeneration, Source
 from tidelog.agent.lines import Line
+from tidelog.clients.transactional import FENCED, retry_retriable, send
 
 log = logging.getLogger(__name__)
 
-_FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
-                     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
 FENCES_BEFORE_GIVING_UP = 3
 FENCE_WINDOW_S = 300.0
 HEADER_SOURCE = "tidelog-source-id"
@@ -223,7 +222,7 @@ class Agent:
             if line.original_size:
                 headers.append((HEADER_ORIGINAL_SIZE, b"%d" % line.original_size))
                 self.metrics.truncated_lines_total += 1
-            _send(producer, topic, line.value, key, headers)
+            send(producer, topic, line.value, key, headers)
             self.metrics.bytes_total += len(line.value)
         self._txn_records += len(lines)
         self.metrics.lines_total += len(lines)
@@ -238,7 +237,7 @@ class Agent:
         states = {source: self._state(source) for source in self._dirty}
         try:
             for source, state in states.items():
-                _send(producer, self.config.positions_topic, state.encode(),
+                send(producer, self.config.positions_topic, state.encode(),
                       positions.key_of(self.config.agent_id, source.source_id))
             committed = self._retry(stop, lambda: producer.commit_transaction(10))
         except KafkaException as exc:
@@ -255,22 +254,7 @@ class Agent:
 
     def _retry(self, stop: threading.Event, call: Callable[[], None], what: str = "commit") -> bool:
         """Run ``call`` until it succeeds; retriable errors (an outage) are retried. False if stopped."""
-        logged = False
-        while True:
-            try:
-                call()
-                if logged:
-                    log.warning("the cluster answers again (%s done)", what)
-                return True
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                if not error.retriable() or error.txn_requires_abort() or error.fatal():
-                    raise
-                if not logged:
-                    log.warning("the cluster is out of reach (%s: %s); retrying, the files wait", what, error.str())
-                    logged = True
-                if stop.wait(0.5):
-                    return False
+        return retry_retriable(stop, call, what, log, "retrying, the files wait")
 
     def _failed(self, error: KafkaError) -> None:
         """An abortable or fatal error: abort, or start a new producer, and rewind to the committed positions.
@@ -285,7 +269,7 @@ class Agent:
             source.rewind()
         self._dirty.clear()
         self._txn_started = None
-        if error.code() in _FENCED or error.fatal():
+        if error.code() in FENCED or error.fatal():
             self._renew_producer(error)
             return
         try:
@@ -298,7 +282,7 @@ class Agent:
         outlived transaction.timeout.ms during an outage gets, so it is retried; fenced again and again
         means another agent runs with this agent.id: stop rather than fence it back for ever."""
         now = self.clock()
-        if error.code() in _FENCED:
+        if error.code() in FENCED:
             self._fences = [t for t in self._fences if now - t < FENCE_WINDOW_S] + [now]
             if len(self._fences) >= FENCES_BEFORE_GIVING_UP:
                 raise AgentError(f"fenced {len(self._fences)} times in {FENCE_WINDOW_S:.0f} s: another agent with "
@@ -317,17 +301,6 @@ class Agent:
         if self._producer is not None:
             self._producer.flush(5)
             self._producer = None
-
-
-def _send(producer: Producer, topic: str, value: bytes, key: bytes,
-          headers: list[tuple[str, str | bytes | None]] | None = None) -> None:
-    """Produce, waiting while librdkafka's queue is full (queue.buffering.max.messages/kbytes)."""
-    while True:
-        try:
-            producer.produce(topic, value, key, headers=headers)
-            return
-        except BufferError:
-            producer.poll(0.05)
 
 
 def _excluded(path: str, patterns: tuple[str, ...]) -> bool:

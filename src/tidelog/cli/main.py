@@ -23,6 +23,7 @@ from tidelog.cli import (
     governor,
     groups,
     log_dirs,
+    mirror,
     partitions,
     perf,
     produce,
@@ -61,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (env TIDELOG_LOG_LEVEL; default INFO for "
                         "serve, WARNING for the client commands)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (serve, dev_cluster, gateway, governor, agent, topics, configs, produce, consume, groups,
+    for module in (serve, dev_cluster, gateway, governor, agent, mirror, topics, configs, produce, consume, groups,
                    transactions, cluster, partitions, brokers, acls, users, perf, log_dirs, web_console):
         module.add_parser(sub)
     return parser
@@ -69,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    default_level = "INFO" if args.command in ("serve", "dev-cluster", "gateway", "agent", "console") else "WARNING"
+    default_level = "INFO" if args.command in ("serve", "dev-cluster", "gateway", "agent", "mirror", "console") else "WARNING"
     args.log_level = (args.log_level or os.environ.get("TIDELOG_LOG_LEVEL") or default_level).upper()
     if args.command not in ("serve", "gateway", "console"):  # serve: from its settings (log.format); others: their own
         configure_logging(args.log_level, "text")

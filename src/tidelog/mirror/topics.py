@@ -1,0 +1,182 @@
+"""Destination topics follow the source: created with the same partition count, grown, configs synced.
+
+``plan`` is pure: from what both clusters describe it decides which destination topics to create,
+which to grow (partitions are only ever added, as on the source) and which config overrides to set
+or delete. ``TopicSync`` runs it through two admin clients every ``metadata.refresh.ms``, so topics
+created on the source later and partitions added to it are picked up without a restart.
+
+Configs: only a topic's dynamic overrides (``DYNAMIC_TOPIC_CONFIG``) are copied, less
+``config.exclude`` (replication throttles, min.insync.replicas and other settings of the source
+cluster's own arrangement). A destination override of a copied key that the source no longer has is
+deleted. A destination topic with fewer partitions is grown; one with more is reported and left
+alone (partition n of the source always goes to partition n of the destination).
+Several mirror processes of one link run this concurrently; every step is idempotent
+(TOPIC_ALREADY_EXISTS and INVALID_PARTITIONS for an already-grown topic are not errors).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    ResourceType,
+)
+
+from tidelog.mirror.config import MirrorConfig
+
+log = logging.getLogger(__name__)
+TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class TopicState:
+    partitions: int
+    configs: Mapping[str, str]
+
+
+@dataclass
+class Plan:
+    create: dict[str, TopicState] = field(default_factory=dict)  # destination name -> state
+    grow: dict[str, int] = field(default_factory=dict)
+    alter: dict[str, tuple[dict[str, str], list[str]]] = field(default_factory=dict)  # name -> (set, delete)
+    shrunk: list[str] = field(default_factory=list)  # destination has more partitions than the source
+
+
+def plan(config: MirrorConfig, source: Mapping[str, TopicState], dest: Mapping[str, TopicState]) -> Plan:
+    out = Plan()
+    for name, state in source.items():
+        target = config.topics.destination(name)
+        wanted = {k: v for k, v in state.configs.items() if k not in config.config_exclude}
+        have = dest.get(target)
+        if have is None:
+            out.create[target] = TopicState(state.partitions, wanted if config.sync_configs else {})
+            continue
+        if have.partitions < state.partitions:
+            out.grow[target] = state.partitions
+        elif have.partitions > state.partitions:
+            out.shrunk.append(target)
+        if config.sync_configs:
+            sets = {k: v for k, v in wanted.items() if have.configs.get(k) != v}
+            deletes = sorted(k for k in have.configs if k not in wanted and k not in config.config_exclude)
+            if sets or deletes:
+                out.alter[target] = (sets, deletes)
+    return out
+
+
+def _overrides(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, str]]:
+    if not topics:
+        return {}
+    resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
+    out: dict[str, dict[str, str]] = {}
+    for resource, future in admin.describe_configs(resources, request_timeout=TIMEOUT_S).items():
+        entries: dict[str, Any] = future.result(timeout=TIMEOUT_S)
+        out[resource.name] = {k: str(e.value) for k, e in entries.items()
+                              if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and e.value is not None}
+    return out
+
+
+def _describe(admin: AdminClient, names: set[str] | None, with_configs: bool) -> dict[str, TopicState]:
+    metadata = admin.list_topics(timeout=TIMEOUT_S)
+    counts = {name: len(t.partitions) for name, t in metadata.topics.items()
+              if t.error is None and (names is None or name in names)}
+    configs = _overrides(admin, sorted(counts)) if with_configs else {}
+    return {name: TopicState(n, configs.get(name, {})) for name, n in counts.items()}
+
+
+class TopicSync:
+    """Keeps the destination's topics in step with the source's (see the module docstring)."""
+
+    def __init__(self, config: MirrorConfig, source: AdminClient, dest: AdminClient) -> None:
+        self.config = config
+        self.source = source
+        self.dest = dest
+        self.errors = 0
+
+    def source_topics(self) -> dict[str, int]:
+        """The mirrored source topics and their partition counts."""
+        metadata = self.source.list_topics(timeout=TIMEOUT_S)
+        return {name: len(t.partitions) for name, t in metadata.topics.items()
+                if t.error is None and self.config.topics.selects(name)}
+
+    def run(self) -> dict[str, int]:
+        """Bring the destination in step; the mirrored source topics (those whose destination exists
+        with enough partitions) and their partition counts."""
+        counts = self.source_topics()
+        source = _describe(self.source, set(counts), self.config.sync_configs)
+        targets = {self.config.topics.destination(t) for t in counts}
+        dest = _describe(self.dest, targets, self.config.sync_configs)
+        steps = plan(self.config, source, dest)
+        self._create(steps.create)
+        self._grow(steps.grow)
+        self._alter(steps.alter)
+        for name in steps.shrunk:
+            log.error("destination topic %s has more partitions than its source; extra partitions stay empty", name)
+        return counts
+
+    def _create(self, create: dict[str, TopicState]) -> None:
+        if not create:
+            return
+        topics = [NewTopic(name, num_partitions=s.partitions, replication_factor=self.config.replication_factor,
+                           config=dict(s.configs)) for name, s in create.items()]
+        for name, future in self.dest.create_topics(topics, request_timeout=TIMEOUT_S).items():
+            self._settle(future, f"create topic {name} ({create[name].partitions} partitions)",
+                         KafkaError.TOPIC_ALREADY_EXISTS)
+
+    def _grow(self, grow: dict[str, int]) -> None:
+        if not grow:
+            return
+        news = [NewPartitions(name, count) for name, count in grow.items()]
+        for name, future in self.dest.create_partitions(news, request_timeout=TIMEOUT_S).items():
+            self._settle(future, f"grow topic {name} to {grow[name]} partitions", KafkaError.INVALID_PARTITIONS)
+
+    def _alter(self, alter: dict[str, tuple[dict[str, str], list[str]]]) -> None:
+        resources = []
+        for name, (sets, deletes) in alter.items():
+            entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in sets.items()]
+            entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in deletes]
+            resources.append(ConfigResource(ResourceType.TOPIC, name, incremental_configs=entries))
+        if resources:
+            for resource, future in self.dest.incremental_alter_configs(resources, request_timeout=TIMEOUT_S).items():
+                sets, deletes = alter[resource.name]
+                self._settle(future, f"sync configs of {resource.name} (set {sets}, delete {deletes})", None)
+
+    def _settle(self, future: Any, what: str, benign: int | None) -> None:
+        try:
+            future.result(timeout=TIMEOUT_S)
+            log.info("%s: done", what)
+        except KafkaException as exc:
+            if benign is not None and exc.args[0].code() == benign:
+                return
+            self.errors += 1
+            log.error("%s: %s", what, exc.args[0].str())
+
+
+def ensure_link_topic(config: MirrorConfig, dest: AdminClient) -> None:
+    """Create the link topic (compacted, one partition per shard); refuse one with another count."""
+    topic = NewTopic(config.link_topic, num_partitions=config.shards, replication_factor=config.replication_factor,
+                     config={"cleanup.policy": "compact"})
+    try:
+        dest.create_topics([topic], request_timeout=TIMEOUT_S)[config.link_topic].result(timeout=TIMEOUT_S)
+        log.info("created the link topic %s (%d shards)", config.link_topic, config.shards)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise LinkError(f"cannot create the link topic {config.link_topic}: {exc.args[0].str()}") from None
+    described = dest.list_topics(config.link_topic, timeout=TIMEOUT_S).topics[config.link_topic]
+    if described.error is None and len(described.partitions) != config.shards:
+        raise LinkError(f"link topic {config.link_topic} has {len(described.partitions)} partitions but "
+                        f"link.shards is {config.shards}; shards are fixed for a link's life")
+
+
+class LinkError(Exception):
+    """The link cannot run (its topic, a fence, a cluster refusing the mirror's principal)."""

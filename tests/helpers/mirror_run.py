@@ -1,0 +1,349 @@
+"""Driving ``tidelog mirror`` in tests: a link's TOML file, the mirror as a subprocess, a mixed workload
+(plain, idempotent and transactional producers, some transactions aborted), and the check that the
+destination holds the source's committed records, record for record, nothing twice.
+
+Used by the integration tier (two tidelog brokers) and the compat tier (Apache Kafka as one side).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from helpers.broker_process import REPO_ROOT
+
+OFFSET_HEADER = "tidelog.mirror.offset"
+Record = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
+
+
+def write_config(path: Path, *, name: str, source: str, destination: str, include: Iterable[str],
+                 rename: str = "{topic}", link: Mapping[str, object] | None = None,
+                 destination_extra: Mapping[str, str] | None = None) -> Path:
+    settings = {"name": name, "shards": 8, "transaction.interval.ms": 200, "metadata.refresh.ms": 1000,
+                "session.timeout.ms": 3000, "transaction.timeout.ms": 10000, **(link or {})}
+    lines = ["[link]"] + [f'"{k}" = {_toml(v)}' for k, v in settings.items()]
+    lines += ["[topics]", f"include = {_toml(list(include))}", f"rename = {_toml(rename)}"]
+    lines += ["[source]", f'"bootstrap.servers" = "{source}"']
+    lines += ["[destination]", f'"bootstrap.servers" = "{destination}"']
+    lines += [f'"{k}" = {_toml(v)}' for k, v in (destination_extra or {}).items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class MirrorProcess:
+    """``python -m tidelog mirror run --config FILE`` with its output in ``log``."""
+
+    def __init__(self, config: Path, log: Path) -> None:
+        self.config = config
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self._log_from = 0
+
+    def start(self) -> MirrorProcess:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", HYPOTHESIS_STORAGE_DIRECTORY=str(REPO_ROOT / ".hypothesis"))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT / "src"), env.get("PYTHONPATH")]))
+        self.starts += 1
+        self._log_from = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as out:
+            out.write(f"=== start #{self.starts} ===\n".encode())
+            out.flush()
+            self.process = subprocess.Popen([sys.executable, "-m", "tidelog", "mirror", "run", "--config",
+                                             str(self.config)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                            env=env)
+        return self
+
+    def wait_started(self, timeout: float = 60.0) -> None:
+        """Until this start has logged that it runs the link (past imports and topic sync)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.log.open("rb") as f:
+                f.seek(self._log_from)
+                if b"tidelog.mirror.copier: mirror link" in f.read():
+                    return
+            assert self.running(), f"mirror exited:\n{self.tail()}"
+            time.sleep(0.1)
+        raise AssertionError(f"mirror did not start in {timeout} s:\n{self.tail()}")
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill9(self) -> None:
+        if self.running():
+            assert self.process is not None
+            self.process.kill()
+            self.process.wait(10)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+                raise AssertionError(f"mirror did not stop in {timeout} s; log:\n{self.tail()}") from None
+        return int(self.process.returncode)
+
+    def rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+    def close(self) -> None:
+        if self.running():
+            try:
+                self.stop(10)
+            except AssertionError:
+                pass
+        self.kill9()
+
+
+def produce_mixed(bootstrap: str, topic: str, partitions: int, records: int, *, seed: int = 7,
+                  value_size: int = 100, abort_every: int = 4) -> int:
+    """Write ``records`` records over ``partitions``: a third plain, a third idempotent, a third in
+    transactions of which every ``abort_every``-th is aborted (its records are written, then aborted).
+    Keys, headers and CreateTime timestamps vary. Returns the number of committed records."""
+    rng = random.Random(seed)
+    pad = b"x" * max(0, value_size - 12)
+    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": False, "acks": "all"})
+    idem = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    txn = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "transactional.id": f"{topic}-writer"})
+    txn.init_transactions(30)
+    committed = 0
+    base_ts = int(time.time() * 1000) - 3_600_000
+    n = 0
+    batch = 0
+    while n < records:
+        chunk = min(1000, records - n)
+        which = batch % 3
+        aborted = which == 2 and (batch // 3) % abort_every == abort_every - 1
+        producer = (plain, idem, txn)[which]
+        if which == 2:
+            txn.begin_transaction()
+        for i in range(n, n + chunk):
+            key = None if i % 17 == 0 else b"k%d" % rng.randrange(1000)
+            value = None if i % 101 == 0 else b"%012d" % i + pad
+            headers = [("h", b"%d" % i)] if i % 3 == 0 else None
+            while True:
+                try:
+                    producer.produce(topic, value, key, partition=rng.randrange(partitions), headers=headers,
+                                     timestamp=base_ts + i)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        if which == 2:
+            if aborted:
+                txn.abort_transaction(30)
+            else:
+                txn.commit_transaction(30)
+        else:
+            producer.poll(0)
+        if not aborted:
+            committed += chunk
+        n += chunk
+        batch += 1
+    for p in (plain, idem):
+        assert p.flush(60) == 0
+    return committed
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, strip_header: bool = False,
+             timeout: float = 60.0) -> dict[int, list[Record]]:
+    """Every committed record of every partition, up to the high watermarks taken now."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "mirror-test-reader", "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "fetch.max.bytes": 8 << 20})
+    out: dict[int, list[Record]] = {p: [] for p in range(partitions)}
+    try:
+        ends = end_offsets(bootstrap, topic, partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions) if ends[p] > 0])
+        pending = {p for p in range(partitions) if ends[p] > 0}
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            for message in consumer.consume(5000, 0.2):
+                if message.error() is not None:
+                    continue
+                headers = tuple((k, v) for k, v in (message.headers() or [])
+                                if not (strip_header and k == OFFSET_HEADER))
+                out[message.partition() or 0].append((message.key(), message.value(), headers,
+                                                      message.timestamp()[1]))
+            for tp in consumer.position([TopicPartition(topic, p) for p in list(pending)]):
+                if tp.offset >= ends[tp.partition]:
+                    pending.discard(tp.partition)
+        assert not pending, f"{topic}: partitions {sorted(pending)} not read to their end in {timeout} s"
+        return out
+    finally:
+        consumer.close()
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    from tidelog.mirror.status import end_offsets as ends
+
+    found = ends({"bootstrap.servers": bootstrap}, [(topic, p) for p in range(partitions)])
+    return {p: offset for (_t, p), offset in found.items()}
+
+
+def assert_same(source: dict[int, list[Record]], destination: dict[int, list[Record]]) -> None:
+    """Partition for partition, record for record (key, value, headers, timestamp), nothing twice."""
+    for partition, records in source.items():
+        copied = destination.get(partition, [])
+        assert len(copied) == len(records), (
+            f"partition {partition}: {len(records)} source records, {len(copied)} on the destination")
+        for index, (a, b) in enumerate(zip(records, copied, strict=True)):
+            assert a == b, f"partition {partition} record {index}: source {a[:3]!r}..., destination {b[:3]!r}..."
+
+
+def caught_up(config: Path, source: str, topic: str, partitions: int) -> bool:
+    """Every partition's committed checkpoint is at the source's end (tidelog mirror status, as a library)."""
+    from tidelog.clients.transactional import ReadError
+    from tidelog.mirror import load_config
+    from tidelog.mirror.status import checkpoints
+
+    ends = end_offsets(source, topic, partitions)
+    try:
+        saved = checkpoints(load_config(config))
+    except ReadError:
+        return False  # the link topic is not there yet
+    return all(ends[p] == 0 or ((topic, p) in saved and saved[(topic, p)].next >= ends[p]) for p in range(partitions))
+
+
+def offsets_strictly_grow(destination: dict[int, list[Record]]) -> None:
+    for partition, records in destination.items():
+        offsets = [int(dict(r[2])[OFFSET_HEADER] or b"-1") for r in records]
+        assert offsets == sorted(set(offsets)), f"partition {partition}: a source offset copied twice or out of order"
+
+
+def kill_and_cut_scenario(source: str, destination: str, workdir: Path, *, topic: str, partitions: int,
+                          records: int, processes: int = 2, kills: int = 4, cut: Callable[[], None] | None = None,
+                          heal: Callable[[], None] | None = None, seed: int = 11, timeout: float = 120.0,
+                          link: Mapping[str, object] | None = None) -> int:
+    """Mirror ``topic`` while it is written, killing a random mirror process with SIGKILL ``kills`` times
+    at random moments (and cutting the destination link once, with ``cut``/``heal``); then check the
+    destination equals the source. Returns the number of committed records."""
+    rng = random.Random(seed)
+    config = write_config(workdir / "link.toml", name=f"{topic}-link", source=source, destination=destination,
+                          include=[topic], link=link)
+    written: list[int] = []
+    writer = threading.Thread(target=lambda: written.append(produce_mixed(source, topic, partitions, records)))
+    mirrors = [MirrorProcess(config, workdir / f"mirror-{i}.log") for i in range(processes)]
+    try:
+        for mirror in mirrors:
+            mirror.start()
+        writer.start()
+        for round_ in range(kills):
+            victim = rng.choice(mirrors)
+            victim.wait_started()
+            time.sleep(rng.uniform(0.3, 2.5))
+            victim.kill9()
+            if round_ == 1 and cut is not None and heal is not None:
+                cut()
+                time.sleep(rng.uniform(1.5, 3.0))
+                heal()
+            time.sleep(rng.uniform(0.1, 1.0))
+            victim.start()
+        writer.join(timeout)
+        assert written, "the writer did not finish"
+        deadline = time.monotonic() + timeout
+        while not caught_up(config, source, topic, partitions):
+            assert time.monotonic() < deadline, "mirror not caught up; logs:\n" + "\n".join(m.tail() for m in mirrors)
+            assert all(m.running() for m in mirrors), "a mirror exited:\n" + "\n".join(m.tail() for m in mirrors)
+            time.sleep(0.5)
+        for mirror in mirrors:
+            assert mirror.stop() == 0, mirror.tail()
+    finally:
+        for mirror in mirrors:
+            mirror.close()
+    copied = read_all(destination, topic, partitions)
+    offsets_strictly_grow(copied)
+    original = read_all(source, topic, partitions)
+    assert sum(len(v) for v in original.values()) == written[0]
+    assert_same(original, read_all(destination, topic, partitions, strip_header=True))
+    return written[0]
+
+
+def create_wide_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 180.0) -> str:
+    """Create a topic of many partitions, waiting as long as a loaded machine needs."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+                                  operation_timeout=timeout, request_timeout=timeout)
+    futures[topic].result(timeout=timeout)
+    return topic
+
+
+def fill_partitions(bootstrap: str, topic: str, partitions: int, per_partition: int, value_size: int) -> int:
+    """``per_partition`` records of ``value_size`` bytes in every partition (one idempotent producer)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True,
+                         "queue.buffering.max.kbytes": 262144})
+    value = b"v" * value_size
+    for i in range(per_partition):
+        for partition in range(partitions):
+            while True:
+                try:
+                    producer.produce(topic, value, b"k%d" % i, partition=partition)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.poll(0)
+    assert producer.flush(120) == 0
+    return partitions * per_partition
+
+
+def footprint(source: str, destination: str, workdir: Path, *, topic: str, partitions: int, records: int,
+              budget_bytes: int, timeout: float = 300.0) -> tuple[float, float]:
+    """Run one mirror process over ``topic`` until every partition is caught up, sampling its RSS every
+    0.2 s. Returns (peak RSS in MiB, seconds from the process start to caught up)."""
+    config = write_config(workdir / "footprint.toml", name=f"{topic}-link", source=source, destination=destination,
+                          include=[topic], link={"budget.bytes": budget_bytes, "metadata.refresh.ms": 60_000,
+                                                 "session.timeout.ms": 10_000})
+    mirror = MirrorProcess(config, workdir / "footprint.log").start()
+    started = time.monotonic()
+    peak = 0
+    next_check = started + 2.0
+    try:
+        while True:
+            assert mirror.running(), mirror.tail()
+            peak = max(peak, mirror.rss_bytes())
+            if time.monotonic() >= next_check:
+                if caught_up(config, source, topic, partitions):
+                    break
+                next_check = time.monotonic() + 2.0
+            assert time.monotonic() - started < timeout, f"not caught up in {timeout} s:\n{mirror.tail()}"
+            time.sleep(0.2)
+        elapsed = time.monotonic() - started
+        assert mirror.stop() == 0, mirror.tail()
+    finally:
+        mirror.close()
+    return peak / (1 << 20), elapsed

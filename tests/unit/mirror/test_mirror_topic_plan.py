@@ -1,0 +1,36 @@
+"""Which destination topics are created, grown and re-configured (topics.plan, pure)."""
+
+from __future__ import annotations
+
+from tidelog.mirror.config import parse_config
+from tidelog.mirror.topics import TopicState, plan
+
+CONFIG = parse_config({"link": {"name": "l"}, "topics": {"include": [".*"], "rename": "dc1.{topic}"},
+                       "source": {"bootstrap.servers": "a"}, "destination": {"bootstrap.servers": "b"}})
+
+
+def test_missing_topics_are_created_with_the_source_partitions_and_configs_less_the_excluded() -> None:
+    source = {"orders": TopicState(6, {"retention.ms": "1000", "min.insync.replicas": "2"})}
+    steps = plan(CONFIG, source, {})
+    assert steps.create == {"dc1.orders": TopicState(6, {"retention.ms": "1000"})}
+    assert not steps.grow and not steps.alter
+
+
+def test_added_partitions_grow_the_destination_and_changed_configs_are_synced() -> None:
+    source = {"orders": TopicState(8, {"retention.ms": "2000", "cleanup.policy": "compact"})}
+    dest = {"dc1.orders": TopicState(6, {"retention.ms": "1000", "segment.ms": "5",
+                                         "min.insync.replicas": "3"})}
+    steps = plan(CONFIG, source, dest)
+    assert steps.grow == {"dc1.orders": 8}
+    assert steps.alter == {"dc1.orders": ({"retention.ms": "2000", "cleanup.policy": "compact"}, ["segment.ms"])}
+
+
+def test_a_destination_with_more_partitions_is_reported_not_shrunk() -> None:
+    steps = plan(CONFIG, {"orders": TopicState(2, {})}, {"dc1.orders": TopicState(4, {})})
+    assert steps.shrunk == ["dc1.orders"] and not steps.grow
+
+
+def test_in_step_topics_need_nothing() -> None:
+    steps = plan(CONFIG, {"orders": TopicState(2, {"retention.ms": "1"})},
+                 {"dc1.orders": TopicState(2, {"retention.ms": "1"})})
+    assert (steps.create, steps.grow, steps.alter, steps.shrunk) == ({}, {}, {}, [])
