@@ -42,6 +42,7 @@ from tidelog.metadata.image import BrokerEndpoint, BrokerRegistration, ClusterIm
 from tidelog.metadata.local_store import LocalMetadataStore
 from tidelog.metadata.meta_properties import ensure_meta_properties
 from tidelog.observability.service import ObservabilityService
+from tidelog.replication.throttle import ReplicationThrottles
 from tidelog.security.listeners import SECURITY_PROTOCOLS
 from tidelog.security.service import SecurityService
 from tidelog.storage.log_config import LogConfig
@@ -108,7 +109,7 @@ class BrokerNode:
         else:
             cluster_id = ensure_meta_properties(self.log_dirs, self.node_id, self._optional_str("cluster.id"))
             store = LocalMetadataStore(self.log_dirs[0], cluster_id)
-        self.config.dynamic = dict(store.image.broker_configs)
+        self.config.load_dynamic(store.image.broker_configs, self.node_id)
         # In a cluster the high watermark is the replicas' (replication-offset-checkpoint), not the log end.
         self.logs = LogManager.from_broker_config(self.log_dirs, self.config, hw_follows_leo=not clustered)
 
@@ -238,8 +239,9 @@ class BrokerNode:
             return known is not None and bool(topics.resolved_config(known).get("unclean.leader.election.enable"))
 
         store.subscribe(self._apply_config_changes)
+        ctx.throttles = ReplicationThrottles(self.node_id, self.config, lambda: store.image, self.obs.metrics.registry)
         replicas = ReplicaManager(self.node_id, self.config, store, ctx.logs, log_config, min_insync,
-                                  ctx.purgatory.notify, ctx.now_ms)
+                                  ctx.purgatory.notify, ctx.now_ms, throttles=ctx.throttles)
         ctx.replicas = replicas
         store.subscribe(replicas.on_image)
         replicas.start()
@@ -270,7 +272,7 @@ class BrokerNode:
             return
         broker_changed = old.broker_configs is not new.broker_configs and dict(old.broker_configs) != dict(new.broker_configs)
         if broker_changed:
-            self.config.dynamic = dict(new.broker_configs)
+            self.config.load_dynamic(new.broker_configs, self.node_id)
         for name, topic in new.topics.items():
             before = old.topics.get(name)
             if broker_changed or (before is not None and dict(before.configs) != dict(topic.configs)):

@@ -33,6 +33,7 @@ from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.metadata.image import BrokerRegistration, ClusterImage, PartitionImage
 from tidelog.replication.fetcher import FetcherSettings, FollowerFetcher
 from tidelog.replication.leader_state import IsrProposal, LeaderState
+from tidelog.replication.throttle import ReplicationThrottles
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.manager import LogManager
@@ -74,6 +75,7 @@ class ReplicaManager:
         self, node_id: int, config: BrokerConfig, store: ReplicationStore, logs: LogManager,
         log_config: Callable[[str], LogConfig], min_insync: Callable[[str], int],
         wake_fetches: Callable[[TopicPartition], object], now_ms: Callable[[], int],
+        throttles: ReplicationThrottles | None = None,
     ) -> None:
         self.node_id = node_id
         self.config = config
@@ -83,6 +85,7 @@ class ReplicaManager:
         self.min_insync = min_insync
         self.wake_fetches = wake_fetches
         self.now_ms = now_ms
+        self.throttles = throttles
         self.lag_time_max_ms = config.get_int("replica.lag.time.max.ms")
         self.listener = self.inter_broker_listener(config)
         self.settings = fetcher_settings(config)
@@ -225,7 +228,8 @@ class ReplicaManager:
     def _fetcher(self, leader: int) -> FollowerFetcher:
         fetcher = self.fetchers.get(leader)
         if fetcher is None:
-            fetcher = FollowerFetcher(self.node_id, leader, lambda: self.address_of(leader), self.logs, self.settings)
+            fetcher = FollowerFetcher(self.node_id, leader, lambda: self.address_of(leader), self.logs, self.settings,
+                                      throttles=self.throttles)
             self.fetchers[leader] = fetcher
             fetcher.start()
         return fetcher

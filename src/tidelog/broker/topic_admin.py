@@ -21,7 +21,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from tidelog.common.config import BrokerConfig, Value, parse_topic_configs, resolve_topic_config
+from tidelog.common.config import BrokerConfig, Value, parse_topic_configs, resolve_topic_config, with_dynamic
 from tidelog.common.errors import ConfigError, ErrorCode, KafkaError
 from tidelog.common.names import topic_name_problem
 from tidelog.controller.placement import assign_replicas
@@ -270,11 +270,13 @@ class TopicAdmin:
     def apply_log_configs(self, topic: TopicImage) -> None:
         self.logs.update_config(topic.name, self.log_config(topic))
 
-    async def set_broker_configs(self, values: Mapping[str, Value], validate_only: bool) -> None:
+    async def set_broker_configs(self, values: Mapping[str, Value], validate_only: bool, node_id: int | None = None) -> None:
+        """Replace the cluster-wide defaults (``node_id`` None) or one broker's own dynamic values."""
         if validate_only:
             return
-        await self.store.commit(self.store.image.with_broker_configs(values))
-        self.config.dynamic = dict(values)
+        stored = with_dynamic(self.store.image.broker_configs, node_id, values)
+        await self.store.commit(self.store.image.with_broker_configs(stored))
+        self.config.load_dynamic(stored, self.node_id)
         for topic in self.store.image.topics.values():
             self.apply_log_configs(topic)
 

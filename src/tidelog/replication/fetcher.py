@@ -15,6 +15,12 @@ A broker that follows partitions led by broker L runs one ``FollowerFetcher`` fo
    epochs and producer state from the batches themselves); the follower's high watermark becomes
    min(leader's high watermark, own log end).
 
+Replication throttles (KIP-73, ``quota.py``): a partition in this broker's
+``follower.replication.throttled.replicas`` that the last fetch left behind the leader's high
+watermark is left out of the request while ``follower.replication.throttled.rate`` is exceeded; the
+bytes appended for listed partitions are recorded against it. When every partition is held back the
+loop sleeps until the quota has room (at most ``replica.fetch.backoff.ms``).
+
 Errors per partition: OFFSET_OUT_OF_RANGE below the leader's log start restarts the log at the
 leader's start; above the leader's end the partition is reconciled again (the leader changed under
 it). NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH / UNKNOWN_TOPIC_OR_PARTITION:
@@ -38,6 +44,7 @@ from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.net.kafka_connection import BrokerUnreachable, KafkaConnection
+from tidelog.replication.throttle import FOLLOWER, ReplicationThrottles
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.manager import LogManager
 
@@ -64,18 +71,23 @@ class Followed:
     leader_epoch: int
     reconciled: bool = False
     resting_until: float = 0.0  # loop time: the leader refused the partition; try again after this
+    # The last fetch left the log at the leader's high watermark (Kafka's isReplicaInSync: spared by
+    # the follower throttle). True until a fetch says otherwise, as Kafka's lag starts unknown.
+    caught_up: bool = True
 
 
 class FollowerFetcher:
     def __init__(
         self, node_id: int, leader_id: int, address: Callable[[], tuple[str, int] | None], logs: LogManager,
         settings: FetcherSettings, *, on_appended: Callable[[TopicPartition], None] | None = None,
+        throttles: ReplicationThrottles | None = None,
     ) -> None:
         self.node_id, self.leader_id = node_id, leader_id
         self.address = address
         self.logs = logs
         self.settings = settings
         self.on_appended = on_appended
+        self.throttles = throttles
         self.partitions: dict[TopicPartition, Followed] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -214,9 +226,13 @@ class FollowerFetcher:
     async def _fetch_once(self, connection: KafkaConnection, active: dict[TopicPartition, Followed]) -> None:
         s = self.settings
         by_topic: dict[str, list[fetch_request.FetchPartition]] = {}
+        held_back = False
         for (topic, index), followed in active.items():
             plog = self._log((topic, index))
             if plog is None:
+                continue
+            if self.throttles is not None and self.throttles.throttled(FOLLOWER, (topic, index), followed.caught_up):
+                held_back = True
                 continue
             by_topic.setdefault(topic, []).append(fetch_request.FetchPartition(
                 partition=i32(index), current_leader_epoch=i32(followed.leader_epoch),
@@ -224,7 +240,13 @@ class FollowerFetcher:
                 partition_max_bytes=i32(s.partition_max_bytes),
             ))
         if not by_topic:
-            await asyncio.sleep(s.backoff_ms / 1000)
+            # Every partition held back by the follower quota: wait until it has room again (or a change).
+            wait = min(self.throttles.delay(FOLLOWER), s.backoff_ms / 1000) if held_back and self.throttles else s.backoff_ms / 1000
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), max(0.01, wait))
+            except TimeoutError:
+                pass
             return
         request = fetch_request.FetchRequest(
             replica_id=BrokerId(self.node_id), max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=s.max_wait_ms)),
@@ -264,7 +286,10 @@ class FollowerFetcher:
                 return
             if self.on_appended is not None:
                 self.on_appended(tp)
+            if self.throttles is not None and self.throttles.listed(FOLLOWER, tp):
+                self.throttles.record(FOLLOWER, len(records))
         high_watermark = int(p.high_watermark)  # type: ignore[attr-defined]
+        followed.caught_up = plog.log_end_offset >= high_watermark
         plog.update_high_watermark(min(high_watermark, plog.log_end_offset))
         leader_start = int(p.log_start_offset)  # type: ignore[attr-defined]
         if plog.log_start_offset < leader_start <= plog.high_watermark:
