@@ -293,6 +293,7 @@ _BROKER: list[Setting] = [
     # Replication throttles (KIP-73; replication/quota.py). The rates are Kafka's dynamic-only broker keys.
     Setting("leader.replication.throttled.rate", Type.LONG, 2**63 - 1, "Bytes/s this broker serves to followers of the replicas in leader.replication.throttled.replicas (followers outside the ISR), all together.", _B, True, at_least(0)),
     Setting("follower.replication.throttled.rate", Type.LONG, 2**63 - 1, "Bytes/s this broker's fetchers copy for the replicas in follower.replication.throttled.replicas that are behind, all together.", _B, True, at_least(0)),
+    Setting("replica.alter.log.dirs.io.max.bytes.per.second", Type.LONG, 2**63 - 1, "Bytes/s copied by moves of replicas between this broker's log dirs (AlterReplicaLogDirs), all together.", _B, True, at_least(0)),
     Setting("replication.quota.window.num", Type.INT, 11, "Windows the replication throttles measure their rate over.", _B, False, at_least(1)),
     Setting("replication.quota.window.size.seconds", Type.INT, 1, "Length of one replication throttle window.", _B, False, at_least(1)),
     Setting("leader.imbalance.per.broker.percentage", Type.INT, 10, "Share of a broker's preferred partitions led elsewhere before leadership moves back.", _B, False, at_least(0)),
@@ -581,7 +582,9 @@ def with_dynamic(stored: Mapping[str, Value], node_id: int | None, values: Mappi
 
 # Kafka's dynamic-only broker keys: DescribeConfigs lists them only once they are set (Kafka's
 # KafkaConfig does not define them, its DynamicConfig does).
-DYNAMIC_ONLY_BROKER_KEYS = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
+DYNAMIC_ONLY_BROKER_KEYS = frozenset({
+    "leader.replication.throttled.rate", "follower.replication.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second",
+})
 
 
 def resolve_topic_config(broker: BrokerConfig, overrides: Mapping[str, Value]) -> dict[str, Value]:
