@@ -164,6 +164,7 @@ class LogManager:
         self._started = False
         self.move_bytes_per_second = move_bytes_per_second
         self._futures: dict[tuple[str, int], tuple[_LogDir, PartitionLog]] = {}
+        self._move_credit = 0  # bytes the mover may still copy (negative: it copied ahead of the rate)
 
     @classmethod
     def from_broker_config(
@@ -461,8 +462,17 @@ class LogManager:
             self._threads.append(thread)
 
     def _move_tick(self) -> None:
+        """One mover pass within ``replica.alter.log.dirs.io.max.bytes.per.second``: a pass earns
+        rate * interval bytes (saved up to one second's worth) and pays for what it copied, whole
+        batches included, so batches larger than a pass's share still average out to the rate."""
         rate = self.move_bytes_per_second()
-        self.run_moves(max(1, rate * MOVE_INTERVAL_MS // 1000) if rate < _NEVER else _NEVER)
+        if rate >= _NEVER:
+            self._move_credit = 0
+            self.run_moves()
+            return
+        self._move_credit = min(rate, self._move_credit + rate * MOVE_INTERVAL_MS // 1000)
+        if self._move_credit > 0:
+            self._move_credit -= self.run_moves(self._move_credit)
 
     def stop_background(self) -> None:
         self._stop.set()

@@ -165,3 +165,22 @@ def test_a_future_ahead_of_a_truncated_current_log_is_cut_back(tmp_path: Path) -
     assert moved is not None and manager.log_dir_of("t", 0) == dest
     assert moved.log_end_offset == 35 and moved.end_offset_for_epoch(0) == (0, 25)
     manager.shutdown()
+
+
+def test_the_move_rate_holds_even_with_batches_larger_than_one_pass(tmp_path: Path) -> None:
+    """replica.alter.log.dirs.io.max.bytes.per.second: 20 passes (2 s) at 100 kB/s copy about 200 kB,
+    although each batch (about 50 kB) is five times one pass's share."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = LogManager(dirs, move_bytes_per_second=lambda: 100_000)
+    manager.startup()
+    log = manager.create_log("t", 0)
+    for _ in range(40):
+        log.append_as_leader(make_batch(50, value=b"x" * 1000), leader_epoch=0, now_ms=NOW)
+    batch_size = log.size_bytes // 40
+    home = manager.log_dir_of("t", 0)
+    manager.alter_log_dir("t", 0, str(next(d for d in dirs if d != home)))
+    future = manager._futures[("t", 0)][1]
+    for _ in range(20):
+        manager._move_tick()
+    assert 200_000 - batch_size <= future.size_bytes <= 200_000 + batch_size
+    manager.shutdown()
