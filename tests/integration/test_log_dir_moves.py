@@ -12,7 +12,14 @@ from typing import Any
 import kafka.errors as kafka_errors
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 from kafka import KafkaAdminClient, TopicPartitionReplica
 
 from helpers.broker_process import BrokerProcess, register_failure_report, wait_until
