@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from tidelog.broker.group_runtime import GroupRuntime
     from tidelog.broker.replica_manager import ReplicaManager
     from tidelog.broker.txn_runtime import TxnRuntime
+    from tidelog.replication.throttle import ReplicationThrottles
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,7 @@ class BrokerContext:
     groups: GroupRuntime | None = None  # the group coordinator's shell (broker/group_runtime.py)
     transactions: TxnRuntime | None = None  # the transaction coordinator's shell (broker/txn_runtime.py)
     replicas: ReplicaManager | None = None  # clusters only: leadership, ISR, follower fetchers (replica_manager.py)
+    throttles: ReplicationThrottles | None = None  # clusters only: replication quotas (replication/throttle.py)
     now_ms: Callable[[], int] = wall_clock_ms
     # None when authorizer.class.name is empty: every request is allowed (broker/authz.py).
     authorizer: AccessGate | None = None

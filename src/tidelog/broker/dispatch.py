@@ -65,6 +65,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.ALTER_CONFIGS: configs.alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
     ApiKey.DESCRIBE_LOG_DIRS: log_dirs.describe_log_dirs,
+    ApiKey.ALTER_REPLICA_LOG_DIRS: log_dirs.alter_replica_log_dirs,
     ApiKey.ELECT_LEADERS: elect_leaders.elect_leaders,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: reassignments.alter_partition_reassignments,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: reassignments.list_partition_reassignments,

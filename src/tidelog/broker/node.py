@@ -42,6 +42,7 @@ from tidelog.metadata.image import BrokerEndpoint, BrokerRegistration, ClusterIm
 from tidelog.metadata.local_store import LocalMetadataStore
 from tidelog.metadata.meta_properties import ensure_meta_properties
 from tidelog.observability.service import ObservabilityService
+from tidelog.replication.throttle import ReplicationThrottles
 from tidelog.security.listeners import SECURITY_PROTOCOLS
 from tidelog.security.service import SecurityService
 from tidelog.storage.log_config import LogConfig
@@ -108,7 +109,7 @@ class BrokerNode:
         else:
             cluster_id = ensure_meta_properties(self.log_dirs, self.node_id, self._optional_str("cluster.id"))
             store = LocalMetadataStore(self.log_dirs[0], cluster_id)
-        self.config.dynamic = dict(store.image.broker_configs)
+        self.config.load_dynamic(store.image.broker_configs, self.node_id)
         # In a cluster the high watermark is the replicas' (replication-offset-checkpoint), not the log end.
         self.logs = LogManager.from_broker_config(self.log_dirs, self.config, hw_follows_leo=not clustered)
 
@@ -224,8 +225,9 @@ class BrokerNode:
             return topics.log_config(known) if known is not None else LogConfig.from_topic_config(
                 resolve_topic_config(self.config, {}))
 
+        ctx.throttles = ReplicationThrottles(self.node_id, self.config, lambda: store.image, self.obs.metrics.registry)
         replicas = ReplicaManager(self.node_id, self.config, store, ctx.logs, log_config, min_insync,
-                                  ctx.purgatory.notify, ctx.now_ms)
+                                  ctx.purgatory.notify, ctx.now_ms, throttles=ctx.throttles)
         # The logs' disk work before the lease exists: once registered, the event loop must stay free
         # for the keep-alives (a loop held for session.timeout - 2 heartbeats fences the broker).
         await asyncio.get_running_loop().run_in_executor(None, replicas.open_logs, store.image)
@@ -276,7 +278,7 @@ class BrokerNode:
             return
         broker_changed = old.broker_configs is not new.broker_configs and dict(old.broker_configs) != dict(new.broker_configs)
         if broker_changed:
-            self.config.dynamic = dict(new.broker_configs)
+            self.config.load_dynamic(new.broker_configs, self.node_id)
         for name, topic in new.topics.items():
             before = old.topics.get(name)
             if broker_changed or (before is not None and dict(before.configs) != dict(topic.configs)):

@@ -48,6 +48,7 @@ from tidelog.metadata.image import BrokerRegistration, ClusterImage, PartitionIm
 from tidelog.replication.fetcher import FetcherSettings, FollowerFetcher
 from tidelog.replication.leader_state import IsrProposal, LeaderState
 from tidelog.replication.read_replica import LEADER, ReplicaView, select_read_replica
+from tidelog.replication.throttle import ReplicationThrottles
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.manager import LogManager
@@ -89,6 +90,7 @@ class ReplicaManager:
         self, node_id: int, config: BrokerConfig, store: ReplicationStore, logs: LogManager,
         log_config: Callable[[str], LogConfig], min_insync: Callable[[str], int],
         wake_fetches: Callable[[TopicPartition], object], now_ms: Callable[[], int],
+        throttles: ReplicationThrottles | None = None,
     ) -> None:
         self.node_id = node_id
         self.config = config
@@ -98,6 +100,7 @@ class ReplicaManager:
         self.min_insync = min_insync
         self.wake_fetches = wake_fetches
         self.now_ms = now_ms
+        self.throttles = throttles
         self.lag_time_max_ms = config.get_int("replica.lag.time.max.ms")
         self.listener = self.inter_broker_listener(config)
         self.settings = fetcher_settings(config)
@@ -258,7 +261,8 @@ class ReplicaManager:
         fetcher = self.fetchers.get(leader)
         if fetcher is None:
             fetcher = FollowerFetcher(self.node_id, leader, lambda: self.address_of(leader), self.logs, self.settings,
-                                      on_high_watermark=self.wake_fetches, may_repair=self.may_repair)
+                                      on_high_watermark=self.wake_fetches, may_repair=self.may_repair,
+                                      throttles=self.throttles)
             self.fetchers[leader] = fetcher
             fetcher.start()
         return fetcher

@@ -19,11 +19,12 @@ broker's replica manager when the change reaches it through the store's watch.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from tidelog.common.config import BrokerConfig, Value, parse_topic_configs, resolve_topic_config
+from tidelog.common.config import BrokerConfig, Value, parse_topic_configs, resolve_topic_config, with_dynamic
 from tidelog.common.errors import ConfigError, ErrorCode, KafkaError
 from tidelog.common.names import topic_name_problem
 from tidelog.controller.placement_policy import PlacementBroker, place
@@ -34,6 +35,8 @@ from tidelog.storage.log_config import LogConfig
 from tidelog.storage.manager import LogManager
 
 log = logging.getLogger(__name__)
+
+BROKER_CONFIG_ATTEMPTS = 10  # compare-and-set rounds for one dynamic broker config change
 
 MAX_PARTITIONS = 100_000
 
@@ -288,11 +291,24 @@ class TopicAdmin:
     def apply_log_configs(self, topic: TopicImage) -> None:
         self.logs.update_config(topic.name, self.log_config(topic))
 
-    async def set_broker_configs(self, values: Mapping[str, Value], validate_only: bool) -> None:
+    async def set_broker_configs(self, values: Mapping[str, Value], validate_only: bool, node_id: int | None = None) -> None:
+        """Replace the cluster-wide defaults (``node_id`` None) or one broker's own dynamic values."""
         if validate_only:
             return
-        await self.store.commit(self.store.image.with_broker_configs(values))
-        self.config.dynamic = dict(values)
+        # Brokers' own values and the defaults share one key: Kafka's tools set every broker's at once
+        # (kafka-reassign-partitions --throttle), so a lost compare-and-set is redone on the new image.
+        for attempt in range(1, BROKER_CONFIG_ATTEMPTS + 1):
+            stored = with_dynamic(self.store.image.broker_configs, node_id, values)
+            try:
+                await self.store.commit(self.store.image.with_broker_configs(stored))
+                break
+            except StaleMetadataError as exc:
+                if attempt == BROKER_CONFIG_ATTEMPTS:
+                    raise KafkaError(ErrorCode.NOT_CONTROLLER, f"The metadata changed concurrently; retry ({exc})") from exc
+                await asyncio.sleep(0.02 * attempt)  # the watch brings the change that won
+            except MetadataStoreUnavailable as exc:
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"The cluster metadata could not be written: {exc}") from exc
+        self.config.load_dynamic(stored, self.node_id)
         for topic in self.store.image.topics.values():
             self.apply_log_configs(topic)
 

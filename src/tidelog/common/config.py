@@ -155,6 +155,18 @@ def _broker_ids(value: Value) -> str | None:
     return None
 
 
+def _replica_list(value: Value) -> str | None:
+    """Kafka's rule for a throttled-replicas list: ``*`` alone, or ``partition:broker`` entries."""
+    assert isinstance(value, list)
+    if [e.strip() for e in value] == ["*"]:
+        return None
+    for entry in value:
+        partition, sep, node = entry.strip().partition(":")
+        if not sep or not partition.isdigit() or not node.isdigit():
+            return "must be the literal '*' or a list of replicas in the format [partitionId]:[brokerId],[partitionId]:[brokerId],..."
+    return None
+
+
 def one_of(*choices: str) -> Callable[[Value], str | None]:
     def check(value: Value) -> str | None:
         items = value if isinstance(value, list) else [value]
@@ -214,9 +226,9 @@ _TOPIC: list[Setting] = [
     Setting("compression.gzip.level", Type.INT, -1, "gzip level when the broker compresses a batch (compression.type=gzip).", _T, True, between(-1, 9), "compression.gzip.level"),
     Setting("compression.lz4.level", Type.INT, 9, "lz4 level when the broker compresses a batch (compression.type=lz4).", _T, True, between(1, 17), "compression.lz4.level"),
     Setting("compression.zstd.level", Type.INT, 3, "zstd level when the broker compresses a batch (compression.type=zstd).", _T, True, between(-131072, 22), "compression.zstd.level"),
+    Setting("leader.replication.throttled.replicas", Type.LIST, [], "Replicas whose leader side is throttled to leader.replication.throttled.rate: partition:broker entries naming the leading broker, or * for all.", _T, True, _replica_list),
+    Setting("follower.replication.throttled.replicas", Type.LIST, [], "Replicas whose fetcher is throttled to follower.replication.throttled.rate: partition:broker entries naming the following broker, or * for all.", _T, True, _replica_list),
     # Accepted and reported like Kafka's; tidelog does not act on them yet (docs/status.md).
-    Setting("leader.replication.throttled.replicas", Type.LIST, [], "Replicas throttled on the leader side (accepted, not applied).", _T, True),
-    Setting("follower.replication.throttled.replicas", Type.LIST, [], "Replicas throttled on the follower side (accepted, not applied).", _T, True),
     Setting("remote.storage.enable", Type.BOOLEAN, False, "Tiered storage for the topic (not available; accepted when false).", _T, True),
     Setting("local.retention.ms", Type.LONG, -2, "Local retention with tiered storage (-2: retention.ms).", _T, True, at_least(-2), "log.local.retention.ms"),
     Setting("local.retention.bytes", Type.LONG, -2, "Local retention with tiered storage (-2: retention.bytes).", _T, True, at_least(-2), "log.local.retention.bytes"),
@@ -309,6 +321,12 @@ _BROKER: list[Setting] = [
     Setting("inter.broker.listener.name", Type.STRING, None, "Listener brokers use to reach each other (default: the first of listeners; PLAINTEXT only for now).", _B),
     Setting("auto.leader.rebalance.enable", Type.BOOLEAN, True, "The controller hands leadership back to each partition's preferred replica (the first) when a broker's imbalance passes leader.imbalance.per.broker.percentage.", _B),
     Setting("leader.imbalance.check.interval.seconds", Type.LONG, 300, "How often the controller checks the leader imbalance.", _B, False, at_least(1)),
+    # Replication throttles (KIP-73; replication/quota.py). The rates are Kafka's dynamic-only broker keys.
+    Setting("leader.replication.throttled.rate", Type.LONG, 2**63 - 1, "Bytes/s this broker serves to followers of the replicas in leader.replication.throttled.replicas (followers outside the ISR), all together.", _B, True, at_least(0)),
+    Setting("follower.replication.throttled.rate", Type.LONG, 2**63 - 1, "Bytes/s this broker's fetchers copy for the replicas in follower.replication.throttled.replicas that are behind, all together.", _B, True, at_least(0)),
+    Setting("replica.alter.log.dirs.io.max.bytes.per.second", Type.LONG, 2**63 - 1, "Bytes/s copied by moves of replicas between this broker's log dirs (AlterReplicaLogDirs), all together.", _B, True, at_least(0)),
+    Setting("replication.quota.window.num", Type.INT, 11, "Windows the replication throttles measure their rate over.", _B, False, at_least(1)),
+    Setting("replication.quota.window.size.seconds", Type.INT, 1, "Length of one replication throttle window.", _B, False, at_least(1)),
     Setting("leader.imbalance.per.broker.percentage", Type.INT, 10, "Share of a broker's preferred partitions led elsewhere before leadership moves back.", _B, False, at_least(0)),
     # Security (docs/security.md). "Per listener": also settable as listener.name.<listener>.<key>.
     Setting("ssl.keystore.type", Type.STRING, "PEM", "Format of ssl.keystore.location; tidelog reads PEM only. Per listener.", _B, False, one_of("PEM")),
@@ -456,12 +474,19 @@ class BrokerConfig:
     """Effective broker settings: defaults, then the properties file, then overrides.
 
     ``static`` holds values from the file and command line (STATIC_BROKER_CONFIG); ``dynamic``
-    holds values set at run time through AlterConfigs (DYNAMIC_DEFAULT_BROKER_CONFIG).
+    holds values set at run time through AlterConfigs on the cluster default resource (empty name:
+    DYNAMIC_DEFAULT_BROKER_CONFIG), ``per_broker`` those set on this broker's own resource
+    (DYNAMIC_BROKER_CONFIG), which win over both.
     """
 
     static: dict[str, Value] = field(default_factory=dict)
     dynamic: dict[str, Value] = field(default_factory=dict)
     unknown: list[str] = field(default_factory=list)
+    per_broker: dict[str, Value] = field(default_factory=dict)
+
+    def load_dynamic(self, stored: Mapping[str, Value], node_id: int) -> None:
+        """Take the dynamic layers from the metadata's one map (see :func:`split_dynamic`)."""
+        self.dynamic, self.per_broker = split_dynamic(stored, node_id)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
@@ -475,6 +500,8 @@ class BrokerConfig:
         return config
 
     def get(self, key: str) -> Value:
+        if key in self.per_broker:
+            return self.per_broker[key]
         if key in self.dynamic:
             return self.dynamic[key]
         if key in self.static:
@@ -507,7 +534,7 @@ class BrokerConfig:
         return BROKER_SETTINGS[key].default
 
     def has(self, key: str) -> bool:
-        return key in self.dynamic or key in self.static
+        return key in self.per_broker or key in self.dynamic or key in self.static
 
     def get_int(self, key: str) -> int:
         value = self.get(key)
@@ -515,6 +542,8 @@ class BrokerConfig:
         return value
 
     def source(self, key: str) -> ConfigSource:
+        if key in self.per_broker:
+            return ConfigSource.DYNAMIC_BROKER_CONFIG
         if key in self.dynamic:
             return ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
         if key in self.static:
@@ -527,6 +556,7 @@ class BrokerConfig:
         chain = UNIT_SYNONYMS.get(key, [key])
         found: list[tuple[str, Value, ConfigSource]] = []
         for values, source in (
+            (self.per_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
             (self.dynamic, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
             (self.static, ConfigSource.STATIC_BROKER_CONFIG),
             (_STATIC_DEFAULTS, ConfigSource.DEFAULT_CONFIG),
@@ -547,6 +577,45 @@ class BrokerConfig:
         # Kafka reports the source of the first synonym holding a value, else DEFAULT_CONFIG.
         source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
         return (setting.default if value is None else value), source, synonym
+
+
+# Dynamic broker configs live in the metadata as one map: a cluster default under its key, a value
+# set on one broker's resource under "<node.id>/<key>" (no Kafka key contains "/").
+PER_BROKER_SEP = "/"
+
+
+def per_broker_key(node_id: int, key: str) -> str:
+    return f"{node_id}{PER_BROKER_SEP}{key}"
+
+
+def split_dynamic(stored: Mapping[str, Value], node_id: int) -> tuple[dict[str, Value], dict[str, Value]]:
+    """(cluster defaults, this broker's own values) from the stored map; other brokers' values skipped."""
+    defaults: dict[str, Value] = {}
+    own: dict[str, Value] = {}
+    mine = f"{node_id}{PER_BROKER_SEP}"
+    for key, value in stored.items():
+        if PER_BROKER_SEP not in key:
+            defaults[key] = value
+        elif key.startswith(mine):
+            own[key[len(mine):]] = value
+    return defaults, own
+
+
+def with_dynamic(stored: Mapping[str, Value], node_id: int | None, values: Mapping[str, Value]) -> dict[str, Value]:
+    """The stored map with one scope's values replaced: the cluster defaults (``node_id`` None) or one broker's."""
+    if node_id is None:
+        kept = {k: v for k, v in stored.items() if PER_BROKER_SEP in k}
+        return {**kept, **values}
+    mine = f"{node_id}{PER_BROKER_SEP}"
+    kept = {k: v for k, v in stored.items() if not k.startswith(mine)}
+    return {**kept, **{per_broker_key(node_id, k): v for k, v in values.items()}}
+
+
+# Kafka's dynamic-only broker keys: DescribeConfigs lists them only once they are set (Kafka's
+# KafkaConfig does not define them, its DynamicConfig does).
+DYNAMIC_ONLY_BROKER_KEYS = frozenset({
+    "leader.replication.throttled.rate", "follower.replication.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second",
+})
 
 
 def resolve_topic_config(broker: BrokerConfig, overrides: Mapping[str, Value]) -> dict[str, Value]:

@@ -24,6 +24,12 @@ high watermark, so it waits for ``may_repair`` (the replica manager: true once t
 ISR; it asks to leave meanwhile), and the partition is left out of fetches until then: an ISR member
 never lacks a committed record, and the leader re-adds the replica only once the refetch caught up.
 
+Replication throttles (KIP-73, ``quota.py``): a partition in this broker's
+``follower.replication.throttled.replicas`` that the last fetch left behind the leader's high
+watermark is left out of the request while ``follower.replication.throttled.rate`` is exceeded; the
+bytes appended for listed partitions are recorded against it. When every partition is held back the
+loop sleeps until the quota has room (at most ``replica.fetch.backoff.ms``).
+
 Errors per partition: OFFSET_OUT_OF_RANGE below the leader's log start restarts the log at the
 leader's start; above the leader's end the partition is reconciled again (the leader changed under
 it). NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH / UNKNOWN_TOPIC_OR_PARTITION:
@@ -47,6 +53,7 @@ from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.net.kafka_connection import BrokerUnreachable, KafkaConnection
+from tidelog.replication.throttle import FOLLOWER, ReplicationThrottles
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.manager import LogManager
 
@@ -73,6 +80,9 @@ class Followed:
     leader_epoch: int
     reconciled: bool = False
     resting_until: float = 0.0  # loop time: the leader refused the partition; try again after this
+    # The last fetch left the log at the leader's high watermark (Kafka's isReplicaInSync: spared by
+    # the follower throttle). True until a fetch says otherwise, as Kafka's lag starts unknown.
+    caught_up: bool = True
 
 
 class FollowerFetcher:
@@ -81,6 +91,7 @@ class FollowerFetcher:
         settings: FetcherSettings, *, on_appended: Callable[[TopicPartition], None] | None = None,
         on_high_watermark: Callable[[TopicPartition], object] | None = None,
         may_repair: Callable[[TopicPartition], bool] | None = None,
+        throttles: ReplicationThrottles | None = None,
     ) -> None:
         self.node_id, self.leader_id = node_id, leader_id
         self.address = address
@@ -90,6 +101,7 @@ class FollowerFetcher:
         # Consumers reading from this follower (KIP-392) wait for its high watermark to move.
         self.on_high_watermark = on_high_watermark
         self.may_repair = may_repair
+        self.throttles = throttles
         self.partitions: dict[TopicPartition, Followed] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -235,6 +247,7 @@ class FollowerFetcher:
     async def _fetch_once(self, connection: KafkaConnection, active: dict[TopicPartition, Followed]) -> None:
         s = self.settings
         by_topic: dict[str, list[fetch_request.FetchPartition]] = {}
+        held_back = False
         for (topic, index), followed in active.items():
             plog = self._log((topic, index))
             if plog is None:
@@ -243,13 +256,22 @@ class FollowerFetcher:
                 if self.may_repair is not None and not self.may_repair((topic, index)):
                     continue  # not fetched until this replica is out of the ISR (see Repair above)
                 self._repair(plog)
+            if self.throttles is not None and self.throttles.throttled(FOLLOWER, (topic, index), followed.caught_up):
+                held_back = True
+                continue
             by_topic.setdefault(topic, []).append(fetch_request.FetchPartition(
                 partition=i32(index), current_leader_epoch=i32(followed.leader_epoch),
                 fetch_offset=i64(plog.log_end_offset), log_start_offset=i64(plog.log_start_offset),
                 partition_max_bytes=i32(s.partition_max_bytes),
             ))
         if not by_topic:
-            await asyncio.sleep(s.backoff_ms / 1000)
+            # Every partition held back by the follower quota: wait until it has room again (or a change).
+            wait = min(self.throttles.delay(FOLLOWER), s.backoff_ms / 1000) if held_back and self.throttles else s.backoff_ms / 1000
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), max(0.01, wait))
+            except TimeoutError:
+                pass
             return
         request = fetch_request.FetchRequest(
             replica_id=BrokerId(self.node_id), max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=s.max_wait_ms)),
@@ -289,8 +311,11 @@ class FollowerFetcher:
                 return
             if self.on_appended is not None:
                 self.on_appended(tp)
+            if self.throttles is not None and self.throttles.listed(FOLLOWER, tp):
+                self.throttles.record(FOLLOWER, len(records))
         high_watermark = int(p.high_watermark)  # type: ignore[attr-defined]
         before = plog.high_watermark
+        followed.caught_up = plog.log_end_offset >= high_watermark
         plog.update_high_watermark(min(high_watermark, plog.log_end_offset))
         if plog.high_watermark != before and self.on_high_watermark is not None:
             self.on_high_watermark(tp)

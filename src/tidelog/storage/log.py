@@ -43,6 +43,7 @@ import errno
 import importlib
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -148,9 +149,13 @@ def read_ranges(ranges: list[tuple[int, int, int]]) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+# A future replica's directory (AlterReplicaLogDirs, storage/dir_mover.py): ``<topic>-<p>.<32 hex>-future``.
+FUTURE_DIR = re.compile(r"\.[0-9a-f]{32}-future\Z")
+
+
 def parse_dir_name(name: str) -> tuple[str, int]:
-    """``orders-3`` → ("orders", 3)."""
-    topic, _, partition = name.rpartition("-")
+    """``orders-3`` → ("orders", 3); a future replica's ``orders-3.<uuid>-future`` too."""
+    topic, _, partition = FUTURE_DIR.sub("", name).rpartition("-")
     if not topic or not partition.isdigit():
         raise ValueError(f"not a partition directory name: {name}")
     return topic, int(partition)

@@ -9,6 +9,7 @@ Each log dir holds one directory per partition (``<topic>-<partition>``, see log
     scrubber-checkpoint                the scrubber's pass and cursor per partition (scrubber.py)
     .kafka_cleanshutdown               present only between a clean shutdown and the next start
     <topic>-<partition>.<32 hex>-delete   a deleted partition whose files are being removed
+    <topic>-<partition>.<32 hex>-future   a replica being moved here from another dir (dir_mover.py)
 
 Start: logs of all dirs open concurrently (``num.recovery.threads.per.data.dir`` threads per dir). A
 dir without the clean-shutdown marker is recovered (every segment after the recovery point scanned);
@@ -24,6 +25,10 @@ Background (:meth:`LogManager.start_background`), each in its own daemon thread:
 * the cleaner every ``log.cleaner.backoff.ms`` (when ``log.cleaner.enable`` and cleaner.py is present);
 * the scrubber (when ``log.scrubber.enable``): re-verifies closed segments at
   ``log.scrubber.bytes.per.second`` and records damaged ranges (scrubber.py, damage.py).
+
+Moves between dirs (AlterReplicaLogDirs): :meth:`LogManager.alter_log_dir` creates the future
+replica; the ``log-dir-mover`` thread (or :meth:`LogManager.run_moves`) copies and swaps; see
+dir_mover.py for the steps and what a restart does with a move it interrupted.
 
 Failures: an I/O error other than ENOSPC on a log takes its whole log dir offline; its partitions then
 raise StorageError (KAFKA_STORAGE_ERROR) while other dirs keep working. ENOSPC fails only the append
@@ -51,7 +56,9 @@ from typing import Any
 
 from tidelog.common.config import BrokerConfig
 from tidelog.common.errors import ErrorCode, KafkaError, StorageError
+from tidelog.storage import dir_mover
 from tidelog.storage.checkpoint import CheckpointError, OffsetCheckpointFile, fsync_dir
+from tidelog.storage.dir_mover import FUTURE_SUFFIX, is_future_dir
 from tidelog.storage.log import PartitionLog, parse_dir_name
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.scrubber import Scrubber
@@ -64,6 +71,7 @@ LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 DELETE_SUFFIX = "-delete"
 _NEVER = 2**63 - 1
+MOVE_INTERVAL_MS = 100  # the log-dir-mover's pass; each copies at most rate * interval bytes
 
 
 def _now_ms() -> int:
@@ -80,6 +88,8 @@ class LogDirInfo:
     error: str | None = None
     total_bytes: int = -1
     usable_bytes: int = -1
+    # future replicas being copied into this dir: partition → (size, offsets still to copy)
+    futures: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -108,7 +118,7 @@ class _Periodic(threading.Thread):
 
 
 def _is_partition_dir(path: Path) -> bool:
-    if not path.is_dir() or path.name.endswith(DELETE_SUFFIX):
+    if not path.is_dir() or path.name.endswith((DELETE_SUFFIX, FUTURE_SUFFIX)):
         return False
     try:
         parse_dir_name(path.name)
@@ -137,6 +147,7 @@ class LogManager:
         scrubber_bytes_per_second: int = 10 * 1024 * 1024,
         scrubber_interval_ms: int = 7 * 86_400_000,
         clock: Callable[[], int] = _now_ms,
+        move_bytes_per_second: Callable[[], int] = lambda: _NEVER,
     ) -> None:
         self.dirs = [_LogDir(Path(p)) for p in log_dirs]
         if not self.dirs:
@@ -161,6 +172,9 @@ class LogManager:
         self._threads: list[threading.Thread] = []
         self._cleaner: Any = None
         self._started = False
+        self.move_bytes_per_second = move_bytes_per_second
+        self._futures: dict[tuple[str, int], tuple[_LogDir, PartitionLog]] = {}
+        self._move_credit = 0  # bytes the mover may still copy (negative: it copied ahead of the rate)
 
     @classmethod
     def from_broker_config(
@@ -183,6 +197,7 @@ class LogManager:
             "scrubber_enable": bool(config.get("log.scrubber.enable")),
             "scrubber_bytes_per_second": num("log.scrubber.bytes.per.second"),
             "scrubber_interval_ms": num("log.scrubber.interval.ms"),
+            "move_bytes_per_second": lambda: config.get_int("replica.alter.log.dirs.io.max.bytes.per.second"),
         }
         kwargs.update(overrides)
         return cls(log_dirs, **kwargs)  # type: ignore[arg-type]
@@ -193,6 +208,7 @@ class LogManager:
         """Open every log found in the log dirs, concurrently; recover unclean ones."""
         get_config = config_for or (lambda _topic: self.default_config)
         jobs: list[tuple[_LogDir, Path, int, int, int | None]] = []
+        future_dirs: list[tuple[_LogDir, Path]] = []
         for d in self.dirs:
             try:
                 d.path.mkdir(parents=True, exist_ok=True)
@@ -203,6 +219,8 @@ class LogManager:
                 for child in sorted(d.path.iterdir()):
                     if child.is_dir() and child.name.endswith(DELETE_SUFFIX):
                         threading.Thread(target=shutil.rmtree, args=(child, True), daemon=True).start()
+                    elif is_future_dir(child):
+                        future_dirs.append((d, child))
                     elif _is_partition_dir(child):
                         key = parse_dir_name(child.name)
                         jobs.append((d, child, points.get(key, 0), starts.get(key, 0), marks.get(key)))
@@ -235,6 +253,8 @@ class LogManager:
                         continue
                     self._logs[key] = opened
                     self._log_dir[key] = d
+        for d, path in future_dirs:
+            self._resume_move(d, path, get_config)
         for d in self.dirs:
             if d.offline:
                 continue
@@ -341,6 +361,7 @@ class LogManager:
     def delete_log(self, topic: str, partition: int) -> None:
         """Close the log, rename its dir ``<topic>-<p>.<uuid>-delete`` and remove it in the background."""
         key = (topic, partition)
+        self._cancel_move(key)
         with self._lock:
             doomed = self._logs.pop(key, None)
             d = self._log_dir.pop(key, None)
@@ -349,7 +370,11 @@ class LogManager:
         doomed.close(clean=False)
         if d.offline:
             return
-        target = doomed.dir.with_name(f"{doomed.dir.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+        self._discard(d, doomed)
+
+    def _discard(self, d: _LogDir, doomed: PartitionLog) -> None:
+        """Rename a closed log's dir ``<topic>-<p>.<uuid>-delete`` and remove it in the background."""
+        target = doomed.dir.with_name(f"{doomed.topic}-{doomed.partition}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
         try:
             os.replace(doomed.dir, target)
             fsync_dir(d.path)
@@ -443,6 +468,7 @@ class LogManager:
         ]
         if self.cleaner_enable:
             tasks.append(("log-cleaner", self.cleaner_backoff_ms, self.run_cleaner))
+        tasks.append(("log-dir-mover", MOVE_INTERVAL_MS, self._move_tick))
         for name, interval_ms, fn in tasks:
             thread = _Periodic(name, interval_ms / 1000, fn, self._stop)
             thread.start()
@@ -457,6 +483,19 @@ class LogManager:
         with self._lock:
             return [(d.path, self._logs[key]) for key, d in sorted(self._log_dir.items(), key=lambda kv: kv[0])
                     if not d.offline]
+
+    def _move_tick(self) -> None:
+        """One mover pass within ``replica.alter.log.dirs.io.max.bytes.per.second``: a pass earns
+        rate * interval bytes (saved up to one second's worth) and pays for what it copied, whole
+        batches included, so batches larger than a pass's share still average out to the rate."""
+        rate = self.move_bytes_per_second()
+        if rate >= _NEVER:
+            self._move_credit = 0
+            self.run_moves()
+            return
+        self._move_credit = min(rate, self._move_credit + rate * MOVE_INTERVAL_MS // 1000)
+        if self._move_credit > 0:
+            self._move_credit -= self.run_moves(self._move_credit)
 
     def stop_background(self) -> None:
         self._stop.set()
@@ -473,8 +512,11 @@ class LogManager:
                 pl.close(clean=True)
 
         # Closing is mostly fsync, which releases the GIL: several threads overlap the disk waits.
+        with self._lock:
+            futures = [future for _d, future in self._futures.values()]
+            self._futures.clear()
         with ThreadPoolExecutor(max_workers=8, thread_name_prefix="log-close") as pool:
-            list(pool.map(close, self.all_logs()))
+            list(pool.map(close, self.all_logs() + futures))
         self.write_checkpoints()
         for d in self.dirs:
             if d.offline:
@@ -496,11 +538,13 @@ class LogManager:
     def describe_log_dirs(self) -> list[LogDirInfo]:
         with self._lock:
             owned = [(key, d, self._logs[key]) for key, d in self._log_dir.items()]
+            moving = [(key, d, future) for key, (d, future) in self._futures.items()]
         out = []
         for d in self.dirs:
             info = LogDirInfo(d.path, d.offline, error=d.error)
             if not d.offline:
                 info.partition_sizes = {key: pl.size_bytes for key, owner, pl in owned if owner is d}
+                info.futures = {key: (future.size_bytes, self._move_lag(key, future)) for key, owner, future in moving if owner is d}
                 with contextlib.suppress(OSError):
                     usage = shutil.disk_usage(d.path)
                     info.total_bytes, info.usable_bytes = usage.total, usage.free
@@ -520,3 +564,148 @@ class LogManager:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition}")
         if d.offline:
             raise StorageError(f"log dir {d.path} is offline")
+
+    # -- moves between log dirs (dir_mover.py) ---------------------------------------------------
+
+    def _dir_named(self, path: str) -> _LogDir:
+        """The configured log dir at ``path``; LOG_DIR_NOT_FOUND when it is not one of log.dirs."""
+        wanted = os.path.abspath(path)
+        for d in self.dirs:
+            if os.path.abspath(d.path) == wanted:
+                return d
+        raise KafkaError(ErrorCode.LOG_DIR_NOT_FOUND, f"Log dir {path} is not configured in log.dirs")
+
+    def alter_log_dir(self, topic: str, partition: int, path: str) -> None:
+        """Move the partition's replica to the log dir ``path`` (Kafka's AlterReplicaLogDirs, one partition).
+
+        Errors: LOG_DIR_NOT_FOUND (not one of log.dirs), KAFKA_STORAGE_ERROR (that dir or the replica's
+        is offline), REPLICA_NOT_AVAILABLE (no replica of the partition here). The replica's own dir
+        cancels a move in progress; a move to another dir replaces it.
+        """
+        key = (topic, partition)
+        dest = self._dir_named(path)
+        if dest.offline:
+            raise StorageError(f"Log dir {dest.path} is offline")
+        with self._lock:
+            current = self._logs.get(key)
+            home = self._log_dir.get(key)
+            moving = self._futures.get(key)
+        if current is None or home is None:
+            raise KafkaError(ErrorCode.REPLICA_NOT_AVAILABLE, f"Replica of {topic}-{partition} is not on this broker")
+        if home.offline:
+            raise StorageError(f"Partition {topic}-{partition} is offline")
+        if moving is not None and moving[0] is dest:
+            return
+        self._cancel_move(key)
+        if home is dest:
+            return
+        future_dir = dest.path / f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_SUFFIX}"
+        try:
+            future = self._open_future(dest, future_dir, current.config)
+            fsync_dir(dest.path)
+        except OSError as exc:
+            self._take_offline(dest, exc)
+            raise StorageError(f"cannot create {future_dir}: {exc}") from exc
+        with self._lock:
+            self._futures[key] = (dest, future)
+        log.info("moving %s-%d from %s to %s", topic, partition, home.path, dest.path)
+
+    def _open_future(self, d: _LogDir, path: Path, config: LogConfig) -> PartitionLog:
+        future = self._open_log(d, path, config, 0, 0, None)
+        # An I/O error on the copy takes the destination offline, not the dir of the partition's log.
+        future.on_io_error = lambda _failed, exc: self._take_offline(d, exc)
+        return future
+
+    def moves(self) -> dict[tuple[str, int], Path]:
+        """Partitions being moved, with their destination dir."""
+        with self._lock:
+            return {key: d.path for key, (d, _f) in self._futures.items()}
+
+    def _move_lag(self, key: tuple[str, int], future: PartitionLog) -> int:
+        current = self.get_log(*key)
+        return 0 if current is None else max(0, current.log_end_offset - future.log_end_offset)
+
+    def _cancel_move(self, key: tuple[str, int]) -> None:
+        with self._lock:
+            moving = self._futures.pop(key, None)
+        if moving is None:
+            return
+        d, future = moving
+        future.close(clean=False)
+        if not d.offline:
+            self._discard(d, future)
+
+    def run_moves(self, budget: int = _NEVER) -> int:
+        """One pass of every move: copy up to ``budget`` bytes in all, swap the caught-up ones; bytes copied."""
+        with self._lock:
+            moving = list(self._futures.items())
+        copied = 0
+        for key, (d, future) in moving:
+            current = self.get_log(*key)
+            if current is None or d.offline or current.offline:
+                continue
+            try:
+                dir_mover.reconcile(current, future)
+                copied += dir_mover.copy(current, future, max(0, budget - copied))
+                if future.log_end_offset >= current.log_end_offset:
+                    self._swap(key, d, current, future)
+            except OSError as exc:
+                self._take_offline(d, exc)
+            except KafkaError as exc:
+                log.warning("moving %s-%d to %s: %s; trying again", *key, d.path, exc)
+        return copied
+
+    def _swap(self, key: tuple[str, int], dest: _LogDir, current: PartitionLog, future: PartitionLog) -> None:
+        """Make the caught-up future the partition's log (dir_mover.py, steps 1-3)."""
+        with current._lock:  # no append between the last copy and the switch
+            with self._lock:
+                if self._futures.get(key, (None, None))[1] is not future or self._logs.get(key) is not current:
+                    return
+                home = self._log_dir[key]
+            dir_mover.reconcile(current, future)
+            dir_mover.copy(current, future, _NEVER)
+            future.update_high_watermark(current.high_watermark)
+            dir_mover.copy_partition_metadata(current.dir, future.dir)
+            log_start, high_watermark = current.log_start_offset, current.high_watermark
+            future.close(clean=True)
+            current.close(clean=True)
+            current.offline, current.on_io_error = True, None  # a stale reference fails, and takes no dir offline
+            self._discard(home, current)
+            final = dest.path / f"{key[0]}-{key[1]}"
+            os.replace(future.dir, final)
+            fsync_dir(dest.path)
+            moved = self._open_log(dest, final, current.config, future.log_end_offset, log_start, high_watermark)
+            with self._lock:
+                self._logs[key] = moved
+                self._log_dir[key] = dest
+                self._futures.pop(key, None)
+        self.write_checkpoints()
+        log.info("moved %s-%d from %s to %s", *key, home.path, dest.path)
+
+    def _resume_move(self, d: _LogDir, path: Path, config_for: Callable[[str], LogConfig]) -> None:
+        """A future dir found at start: resume its copy, or promote it when its swap was interrupted."""
+        try:
+            key = parse_dir_name(path.name)
+            with self._lock:
+                current, home = self._logs.get(key), self._log_dir.get(key)
+            if current is None:
+                final = d.path / f"{key[0]}-{key[1]}"
+                log.warning("%s has no current log: finishing its interrupted move", path)
+                os.replace(path, final)
+                fsync_dir(d.path)
+                opened = self._open_log(d, final, config_for(key[0]), 0, 0, None)
+                with self._lock:
+                    self._logs[key], self._log_dir[key] = opened, d
+                return
+            if home is d or key in self._futures:
+                log.warning("dropping %s: not a move to another dir", path)
+                shutil.rmtree(path, ignore_errors=True)
+                return
+            future = self._open_future(d, path, current.config)
+            with self._lock:
+                self._futures[key] = (d, future)
+            log.info("resuming the move of %s-%d to %s from offset %d", *key, d.path, future.log_end_offset)
+        except OSError as exc:
+            self._take_offline(d, exc)
+        except Exception:
+            log.exception("could not open future log %s", path)

@@ -5,7 +5,9 @@ A topic setting's value is the topic's override if it has one (source DYNAMIC_TO
 broker's value of its synonym (``retention.ms`` ← ``log.retention.ms``: STATIC_BROKER_CONFIG from the
 properties file, DYNAMIC_DEFAULT_BROKER_CONFIG when altered at run time), else Kafka's default
 (DEFAULT_CONFIG). With ``include_synonyms`` every level that has a value is listed, most specific first.
-Broker settings can be altered only where Kafka's are dynamic; the rest are read-only.
+Broker settings can be altered only where Kafka's are dynamic; the rest are read-only. A broker
+setting altered on the broker's own resource (its id) is DYNAMIC_BROKER_CONFIG and wins over one
+altered on the cluster default resource (empty name), DYNAMIC_DEFAULT_BROKER_CONFIG.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from tidelog.broker.group_configs import GROUP_SETTINGS, GroupConfigs
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.config import (
     BROKER_SETTINGS,
+    DYNAMIC_ONLY_BROKER_KEYS,
     TOPIC_SETTINGS,
     ConfigSource,
     Setting,
@@ -70,6 +73,8 @@ def broker_config_entries(ctx: BrokerContext, cluster_default: bool = False) -> 
     """The node's settings; for the cluster-default resource (empty name) only those with a dynamic default."""
     for name, setting in sorted(BROKER_SETTINGS.items()):
         if cluster_default and name not in ctx.config.dynamic:
+            continue
+        if name in DYNAMIC_ONLY_BROKER_KEYS and not ctx.config.has(name):
             continue
         synonyms = _broker_synonyms(ctx, name)
         value, source = (synonyms[0][1], synonyms[0][2]) if synonyms else (None, ConfigSource.DEFAULT_CONFIG)
@@ -263,14 +268,17 @@ async def _alter_one(ctx: BrokerContext, resource: Any, incremental: bool, valid
         elif resource.resource_type == BROKER:
             if resource.resource_name not in ("", str(ctx.node_id)):
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id {resource.resource_name}")
+            # The empty name is the cluster-wide default; the broker's id, its own values (Kafka's two scopes).
+            node = None if resource.resource_name == "" else ctx.node_id
+            current = ctx.config.dynamic if node is None else ctx.config.per_broker
             if incremental:
-                values = _apply_incremental(dict(ctx.config.dynamic), resource.configs, BROKER_SETTINGS)
+                values = _apply_incremental(dict(current), resource.configs, BROKER_SETTINGS)
             else:
                 values = _replace_all(resource.configs, BROKER_SETTINGS)
             static = sorted(k for k in values if not BROKER_SETTINGS[k].dynamic)
             if static:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {set(static)}")
-            await ctx.topics.set_broker_configs(values, validate_only)
+            await ctx.topics.set_broker_configs(values, validate_only, node)
         elif resource.resource_type == BROKER_LOGGER:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker loggers cannot be altered")
         elif resource.resource_type == GROUP_RESOURCE:

@@ -11,6 +11,10 @@ The rules, Kafka's:
   purgatory; an append to any of its partitions wakes it to read again. It answers when enough bytes
   are there or ``max_wait_ms`` has passed, never by polling.
 - With a fetch session (KIP-227) an incremental response lists only partitions with news.
+- Replication throttles (KIP-73, ``replication/quota.py``): while the leader's
+  ``leader.replication.throttled.rate`` is exceeded, a follower outside the ISR gets no data for the
+  partitions in ``leader.replication.throttled.replicas`` (the rest of its fetch is served); the bytes
+  of listed partitions are recorded against the quota once the response is built.
 - In a cluster only a partition's leader serves it (NOT_LEADER_OR_FOLLOWER elsewhere). A follower's
   fetch (``replica_id`` set) first reports the follower's log end offset (its fetch offset) to the
   replica manager, which may move the high watermark and the ISR; it then reads up to the log end,
@@ -52,6 +56,7 @@ from tidelog.broker.response_writer import FileSlices
 from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.protocol.encoders.fetch import FetchPartitionResult, FetchResult
 from tidelog.protocol.headers import RequestHeader
+from tidelog.replication.throttle import LEADER
 from tidelog.storage.log import PartitionLog
 
 log = logging.getLogger(__name__)
@@ -180,9 +185,12 @@ def _read_partition(
 def _read_all(
     ctx: BrokerContext, fetch_ctx: FetchContext, epochs: dict[TopicPartition, int], max_bytes: int, read_committed: bool,
     denied: frozenset[str], refused: dict[TopicPartition, ErrorCode] | None, consumer: ConsumerRead,
+    replica: int = -1,
 ) -> list[PartitionRead]:
     """``refused`` (follower fetches): partitions the replica manager refused, with their error;
-    None for a consumer's fetch, described by ``consumer``."""
+    None for a consumer's fetch, described by ``consumer``. ``replica``: the fetching follower, whose
+    throttled partitions get no data while the leader's replication quota is exceeded (their offsets
+    and high watermark are still answered)."""
     results = []
     remaining = max_bytes
     for tp, state in fetch_ctx.partitions:
@@ -194,6 +202,8 @@ def _read_all(
             continue
         first_with_data = remaining == max_bytes
         budget = max(0, min(state.max_bytes, remaining))
+        if replica >= 0 and _leader_throttled(ctx, tp, replica):
+            budget, first_with_data = 0, False
         result = _read_partition(
             ctx, tp, state, epochs.get(tp, -1), budget, first_with_data, read_committed,
             None if refused is not None else consumer,
@@ -222,8 +232,9 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
     if refused is not None:
         read_committed = False  # followers copy everything; isolation is for consumers
     consumer = ConsumerRead(version >= 11, getattr(request, "rack_id", None) or None)
+    replica = _replica_id(request) if refused is not None else -1
     while True:
-        results = _read_all(ctx, fetch_ctx, epochs, max_bytes, read_committed, denied, refused, consumer)
+        results = _read_all(ctx, fetch_ctx, epochs, max_bytes, read_committed, denied, refused, consumer, replica)
         enough = sum(r.size for r in results) >= request.min_bytes
         errors = any(r.error is not ErrorCode.NONE or r.preferred_read_replica >= 0 for r in results)
         remaining = deadline - loop.time()
@@ -240,6 +251,8 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
             ctx.purgatory.unwatch(tps, woken)
             if conn.request_timer is not None:
                 conn.request_timer.add_remote(time.perf_counter() - waited_from)
+    if replica >= 0 and ctx.throttles is not None:
+        ctx.throttles.record(LEADER, sum(r.size for r in results if r.size and ctx.throttles.listed(LEADER, r.tp)))
     for r in results:
         if r.size:
             ctx.metrics.fetched(r.tp[0], r.size)
@@ -274,6 +287,15 @@ def _follower_fetched(
         except KafkaError as exc:
             refused[tp] = exc.code
     return refused
+
+
+def _leader_throttled(ctx: BrokerContext, tp: TopicPartition, replica: int) -> bool:
+    """KIP-73's leader side: a listed partition, a follower outside the ISR, the leader quota exceeded."""
+    throttles = ctx.throttles
+    if throttles is None or ctx.replicas is None:
+        return False
+    state = ctx.replicas.leaders.get(tp)
+    return throttles.throttled(LEADER, tp, in_sync=state is None or replica in state.isr)
 
 
 def _unreadable(ctx: BrokerContext, conn: ConnectionInfo, request: Any, tps: list[TopicPartition]) -> frozenset[str]:
