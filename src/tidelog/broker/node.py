@@ -28,6 +28,7 @@ from tidelog.broker.context import BrokerContext, Endpoint
 from tidelog.broker.group_metrics import consumer_lag, group_counts_by_state
 from tidelog.broker.group_runtime import GroupRuntime
 from tidelog.broker.producer_ids import ProducerIdAllocator
+from tidelog.broker.quota_runtime import QuotaRuntime
 from tidelog.broker.receive_budget import ReceiveBudget
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.broker.server import Server
@@ -134,6 +135,7 @@ class BrokerNode:
             metrics=self.obs.metrics,
         )
         self.ctx.producer_ids = ProducerIdAllocator(store)
+        self.ctx.quotas = QuotaRuntime(self.config, self.obs.metrics.registry)
         return self.ctx
 
     def _build_security(self, ctx: BrokerContext) -> SecurityService:

@@ -308,6 +308,9 @@ _BROKER: list[Setting] = [
     Setting("max.connections.per.ip.overrides", Type.STRING, "", "Per-address (or host name) limits, 'host:count,host:count', overriding max.connections.per.ip.", _B, True, _overrides),
     Setting("max.connection.creation.rate", Type.INT, 2**31 - 1, "New connections per second on the broker (the inter-broker listener exempt); past it a new connection is closed at once. Per listener.", _B, True, at_least(0)),
     Setting("connection.failed.authentication.backoff.max.ms", Type.LONG, 10_000, "tidelog: cap of the exponential back-off after failed authentications per address and per user (doubling from connection.failed.authentication.delay.ms); 0 turns the back-off off.", _B, True, at_least(0)),
+    # -- client quotas (issue 22; docs/quotas.md)
+    Setting("quota.window.num", Type.INT, 11, "Number of samples kept to measure a client's rate against its quota.", _B, False, at_least(2)),
+    Setting("quota.window.size.seconds", Type.INT, 1, "Length of each sample of a client's rate against its quota.", _B, False, at_least(1)),
     # -- admin APIs answered as a single node (issue 24)
     Setting("max.request.partition.size.limit", Type.INT, 2000, "Most partitions one DescribeTopicPartitions response holds; the rest comes through its cursor.", _B, False, at_least(1)),
 ]

@@ -171,8 +171,12 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
     tps = [tp for tp, _ in fetch_ctx.partitions]
     denied = _unreadable(ctx, conn, request, tps)
     refused = _follower_fetched(ctx, request, fetch_ctx, epochs, denied)
+    consumer = _replica_id(request) < 0
     if refused is not None:
         read_committed = False  # followers copy everything; isolation is for consumers
+    quota_limit = ctx.quotas.fetch_limit(ctx.image, conn.principal, conn.client_id) if ctx.quotas and consumer else None
+    if quota_limit is not None:
+        max_bytes = min(max_bytes, quota_limit)  # Kafka: one response never exceeds what the quota window holds
     while True:
         results = _read_all(ctx, fetch_ctx, epochs, max_bytes, read_committed, denied, refused)
         enough = sum(r.size for r in results) >= request.min_bytes
@@ -191,6 +195,13 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
             ctx.purgatory.unwatch(tps, woken)
             if conn.request_timer is not None:
                 conn.request_timer.add_remote(time.perf_counter() - waited_from)
+    if ctx.quotas is not None and consumer:
+        throttle = ctx.quotas.fetched(ctx.image, conn.principal, conn.client_id, sum(r.size for r in results))
+        if throttle > 0:
+            # Kafka's answer to a consumer over its quota: nothing now, and the time to wait. The session's
+            # partitions are left as they were, so the next fetch reports them afresh.
+            conn.throttle_ms = max(conn.throttle_ms, throttle)
+            return FetchResult(version, ErrorCode.NONE, fetch_ctx.response_session_id, [], throttle)
     for r in results:
         if r.size:
             ctx.metrics.fetched(r.tp[0], r.size)

@@ -188,9 +188,18 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
         await asyncio.sleep(0)
     if waits:
         await _wait_for_replication(ctx, waits, request.timeout.total_seconds() * 1000)
+    _record_quota(ctx, conn)
     if acks == 0:
         return None
-    return ProduceResult(header.api_version, topics)
+    return ProduceResult(header.api_version, topics, conn.throttle_ms)
+
+
+def _record_quota(ctx: BrokerContext, conn: ConnectionInfo) -> None:
+    """The request's size against the client's producer_byte_rate (Kafka counts the whole request)."""
+    if ctx.quotas is None or conn.request_timer is None:
+        return
+    throttle = ctx.quotas.produced(ctx.image, conn.principal, conn.client_id, conn.request_timer.request_bytes)
+    conn.throttle_ms = max(conn.throttle_ms, throttle)
 
 
 async def _wait_for_replication(
