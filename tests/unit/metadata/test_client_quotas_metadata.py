@@ -52,7 +52,7 @@ def test_a_corrupt_quota_is_named_not_guessed(tmp_path: Path, bad: object) -> No
     doc = json.loads((tmp_path / FILE_NAME).read_text())
     doc["client_quotas"] = bad
     (tmp_path / FILE_NAME).write_text(json.dumps(doc))
-    with pytest.raises(ConfigError, match="corrupt metadata file: (quota|entity)"):
+    with pytest.raises(ConfigError, match=r"corrupt metadata file: (quota|entity)"):
         LocalMetadataStore(tmp_path, "cluster")
 
 
