@@ -75,7 +75,8 @@ def entity_dict(value: Entity) -> dict[str, str | None]:
 
 def describe(value: Entity) -> str:
     """Kafka's way of naming an entity in messages and the CLI: ``user=alice, client-id=<default>``."""
-    return ", ".join(f"{kind}={'<default>' if name is None else name}" for kind, name in value)
+    ordered = sorted(value, key=lambda part: ENTITY_TYPES.index(part[0]) if part[0] in ENTITY_TYPES else 9)
+    return ", ".join(f"{kind}={'<default>' if name is None else name}" for kind, name in ordered)
 
 
 def is_valid_ip(name: str | None) -> bool:
