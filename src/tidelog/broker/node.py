@@ -91,6 +91,7 @@ class BrokerNode:
         self.ctx: BrokerContext | None = None
         self.logs: LogManager | None = None
         self._stop = asyncio.Event()
+        self._tier_task: asyncio.Task[None] | None = None  # the saturation rule of priority tiers
         self.cluster_store: EtcdMetadataStore | None = None
         self.controller: ControllerService | None = None
         metrics_port = config.get("metrics.port")
@@ -193,6 +194,8 @@ class BrokerNode:
         ctx.endpoints = self._advertised_endpoints(self.server.bound)
         assert self.logs is not None
         self.logs.start_background()
+        if ctx.quotas is not None:
+            self._tier_task = asyncio.create_task(ctx.quotas.tiers.run(self.log_dirs))
         if self.cluster_store is not None:
             await self._join_cluster(ctx, self.cluster_store)
         listeners = ",".join(f"{e.name}://{e.host}:{e.port}" for e in self.server.bound)
@@ -321,6 +324,8 @@ class BrokerNode:
         ]
 
     async def stop(self) -> None:
+        if self._tier_task is not None:
+            self._tier_task.cancel()
         await self._leave_cluster()
         if self.ctx is not None and self.ctx.transactions is not None:
             await self.ctx.transactions.stop()

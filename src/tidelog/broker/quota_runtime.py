@@ -17,6 +17,11 @@ connection for that long (no reads, no further requests served), so a client tha
 is held back anyway (KIP-219). The user of a connection is its principal's name (``User:alice`` →
 ``alice``; ``ANONYMOUS`` when unauthenticated, which ``user=<default>`` covers, as in Kafka).
 
+Priority tiers (``broker/tier_runtime.py``) come on top: the connection's tier (its entity's
+``tidelog.tier``, else ``quota.tier.default``) may be throttled as a whole, or paused: a paused
+tier's produce request is held (checked every 100 ms) for up to ``quota.tier.pause.hold.ms``, and its
+fetches are answered empty with a throttle of ``PAUSED_FETCH_THROTTLE_MS``.
+
 Metrics per entity (the tags that share a rate): ``tidelog_client_quota_rate`` (last measured rate),
 ``tidelog_client_quota_bound``, ``tidelog_client_quota_throttle_seconds_total`` and
 ``tidelog_client_quota_throttled_total``, labelled ``quota``, ``user`` and ``client_id``.
@@ -24,21 +29,25 @@ Metrics per entity (the tags that share a rate): ``tidelog_client_quota_rate`` (
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tidelog.broker.tier_runtime import TierRuntime
 from tidelog.common.config import BrokerConfig
 from tidelog.metadata.image import ClusterImage
 from tidelog.observability.registry import Registry
-from tidelog.quotas.entity import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, Entity
-from tidelog.quotas.manager import QuotaManager, Recorded
+from tidelog.quotas.entity import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, TIER, Entity
+from tidelog.quotas.manager import QuotaManager, Recorded, resolve
+from tidelog.quotas.tiers import HIGH, tier_number
 
 # ApiVersions, SaslHandshake, SaslAuthenticate, WriteTxnMarkers: never throttled by request_percentage
 EXEMPT_FROM_REQUEST_QUOTA = frozenset({18, 17, 36, 27})
 NANOS_PER_PERCENT = 1e7  # 1 % of one thread for one second
+PAUSED_FETCH_THROTTLE_MS = 1000
 
 
 def user_of(principal: str) -> str:
@@ -71,6 +80,7 @@ class QuotaRuntime:
         self.metrics = QuotaMetrics(registry)
         self._now_ms = now_ms or (lambda: time.monotonic_ns() // 1_000_000)
         self._seen: Mapping[Entity, Mapping[str, float]] | None = None
+        self.tiers = TierRuntime(config, registry, self._now_ms)
 
     def refresh(self, image: ClusterImage) -> int:
         """Follow the image and the window settings; now in ms."""
@@ -92,9 +102,31 @@ class QuotaRuntime:
         self.metrics.observe(key, recorded, recorded.throttle_ms)
         return recorded.throttle_ms
 
+    def tier_of(self, image: ClusterImage, principal: str, client_id: str | None) -> int:
+        if image.client_quotas:
+            found = resolve(image.client_quotas, TIER, user_of(principal), client_id or "")
+            if found is not None:
+                return int(found[2])
+        return tier_number(str(self.config.get("quota.tier.default")))
+
     def produced(self, image: ClusterImage, principal: str, client_id: str | None, request_bytes: int) -> int:
         """A produce request of ``request_bytes`` arrived; its throttle time in ms."""
-        return self._record(image, PRODUCER_BYTE_RATE, principal, client_id, request_bytes)
+        throttle = self._record(image, PRODUCER_BYTE_RATE, principal, client_id, request_bytes)
+        tier = self.tier_of(image, principal, client_id)
+        return max(throttle, self.tiers.record(tier, "produce", request_bytes))
+
+    def paused(self, image: ClusterImage, principal: str, client_id: str | None) -> bool:
+        tier = self.tier_of(image, principal, client_id)
+        return tier != HIGH and self.tiers.is_paused(tier)
+
+    async def hold_while_paused(self, image: Callable[[], ClusterImage], principal: str, client_id: str | None) -> bool:
+        """Wait while the client's tier is paused, up to quota.tier.pause.hold.ms; False if still paused."""
+        deadline = time.monotonic() + self.config.get_int("quota.tier.pause.hold.ms") / 1000
+        while self.paused(image(), principal, client_id):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.1)
+        return True
 
     def fetch_limit(self, image: ClusterImage, principal: str, client_id: str | None) -> int | None:
         """Most bytes one fetch response may carry under the consumer's quota; None when unlimited."""
@@ -107,9 +139,13 @@ class QuotaRuntime:
     def fetched(self, image: ClusterImage, principal: str, client_id: str | None, response_bytes: int) -> int:
         """A fetch response of ``response_bytes`` is ready; its throttle time (then it must go out
         empty: its bytes are taken off the rate again)."""
-        throttle = self._record(image, CONSUMER_BYTE_RATE, principal, client_id, response_bytes)
+        quota_throttle = self._record(image, CONSUMER_BYTE_RATE, principal, client_id, response_bytes)
+        tier = self.tier_of(image, principal, client_id)
+        throttle = max(quota_throttle, self.tiers.record(tier, "fetch", response_bytes))
         if throttle > 0:
-            self.manager.unrecord(CONSUMER_BYTE_RATE, user_of(principal), client_id or "", response_bytes, self._now_ms())
+            if image.client_quotas:
+                self.manager.unrecord(CONSUMER_BYTE_RATE, user_of(principal), client_id or "", response_bytes, self._now_ms())
+            self.tiers.unrecord(tier, "fetch", response_bytes)
         return throttle
 
     def handled(self, image: ClusterImage, api_key: int, principal: str, client_id: str | None, seconds: float) -> int:

@@ -22,6 +22,7 @@ from tidelog.cli import (
     groups,
     perf,
     produce,
+    quotas,
     serve,
     topics,
     transactions,
@@ -57,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "serve, WARNING for the client commands)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (serve, dev_cluster, gateway, agent, topics, configs, produce, consume, groups, transactions, cluster,
-                   acls, users, perf):
+                   acls, users, quotas, perf):
         module.add_parser(sub)
     return parser
 

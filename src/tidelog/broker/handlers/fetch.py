@@ -40,6 +40,7 @@ from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.fetch_sessions import FetchContext, SessionPartition, TopicPartition
 from tidelog.broker.handlers.common import check_leader_epoch, partition_log
 from tidelog.broker.purgatory import wake
+from tidelog.broker.quota_runtime import PAUSED_FETCH_THROTTLE_MS
 from tidelog.broker.response_writer import FileSlices
 from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.protocol.encoders.fetch import FetchPartitionResult, FetchResult
@@ -174,6 +175,9 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
     consumer = _replica_id(request) < 0
     if refused is not None:
         read_committed = False  # followers copy everything; isolation is for consumers
+    if consumer and ctx.quotas is not None and ctx.quotas.paused(ctx.image, conn.principal, conn.client_id):
+        conn.throttle_ms = PAUSED_FETCH_THROTTLE_MS  # the client's tier is paused: nothing, and come back later
+        return FetchResult(version, ErrorCode.NONE, fetch_ctx.response_session_id, [], PAUSED_FETCH_THROTTLE_MS)
     quota_limit = ctx.quotas.fetch_limit(ctx.image, conn.principal, conn.client_id) if ctx.quotas and consumer else None
     if quota_limit is not None:
         max_bytes = min(max_bytes, quota_limit)  # Kafka: one response never exceeds what the quota window holds
