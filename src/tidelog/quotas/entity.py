@@ -193,7 +193,7 @@ class QuotaFilter:
                 raise _invalid("Request specified MATCH_TYPE_SPECIFIED, but also specified a match string.")
             self.specified.add(kind)
         else:
-            raise QuotaError(ErrorCode.UNSUPPORTED_VERSION, f"Unknown match type {match_type}")
+            raise _invalid(f"Unknown match type {match_type}")
 
     def matches(self, value: Entity) -> bool:
         names = dict(value)

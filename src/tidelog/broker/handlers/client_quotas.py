@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 NOT_AUTHORIZED = "Cluster authorization failed."
+ECHO_ORDER = {"client-id": 0, "user": 1, "ip": 2}
 
 
 async def describe_client_quotas(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
@@ -47,7 +48,7 @@ async def describe_client_quotas(ctx: BrokerContext, conn: ConnectionInfo, heade
         )
         for entity, values in ctx.image.client_quotas.items() if flt.matches(entity)
     )
-    return answer(ErrorCode.NONE, None, entries)
+    return answer(ErrorCode.NONE, "", entries)  # Kafka's success carries an empty message, not null
 
 
 def _altered(current: dict[Entity, dict[str, float]], entry: Any) -> tuple[Entity, dict[str, float]]:
@@ -60,7 +61,9 @@ async def alter_client_quotas(ctx: BrokerContext, conn: ConnectionInfo, header: 
     b = builder(ALTER_CLIENT_QUOTAS, header.api_version)
 
     def result(entry: Any, error: ErrorCode, message: str | None) -> Any:
-        parts = tuple(b.make("EntityData", entity_type=p.entity_type, entity_name=p.entity_name) for p in entry.entity)
+        # Kafka echoes the entity from its small HashMap of type to name: client-id, user, ip.
+        ordered = sorted(entry.entity, key=lambda p: ECHO_ORDER.get(p.entity_type, len(ECHO_ORDER)))
+        parts = tuple(b.make("EntityData", entity_type=p.entity_type, entity_name=p.entity_name) for p in ordered)
         return b.make("EntryData", error_code=error, error_message=message, entity=parts)
 
     if not authorize_cluster(ctx, conn, Op.ALTER_CONFIGS):
