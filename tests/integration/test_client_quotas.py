@@ -1,5 +1,6 @@
 """Kafka's client quotas on a broker subprocess: DescribeClientQuotas / AlterClientQuotas on the wire,
-and confluent-kafka clients held to their byte rates by throttle times and muted connections.
+confluent-kafka clients held to their byte rates by throttle times and muted connections, and
+priority tiers (a paused tier held while high flows; the saturation rule escalating and lifting).
 
 Accuracy: both clients run at once, the producer trying to send half as much again as its quota
 (paced on the client side, as a steady application would be), the consumer reading a backlog as fast
@@ -25,14 +26,16 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, OpData
 from kio.schema.alter_client_quotas.v1.request import EntityData as AlterEntity
 from kio.schema.alter_client_quotas.v1.request import EntryData as AlterEntry
 from kio.schema.describe_client_quotas.v1.request import ComponentData, DescribeClientQuotasRequest
 
-from helpers.broker_process import BrokerProcess, free_port, register_failure_report
-from helpers.clients import FAST_CLIENT, create_topic, unique_topic
+from helpers.broker_process import BrokerProcess, free_port, register_failure_report, wait_until
+from helpers.clients import FAST_CLIENT, admin_client, create_topic, unique_topic
 from helpers.raw_client import RawClient
+from tidelog.cli.main import main as cli_main
 
 QUOTA = 1_000_000  # bytes per second
 MEASURE_S = 22.0
@@ -195,3 +198,77 @@ def test_a_producer_and_a_consumer_are_held_to_their_byte_rates(broker: BrokerPr
     labels = {"quota": "producer_byte_rate", "user": "", "client_id": "held-producer"}
     assert _metric(broker, "tidelog_client_quota_throttle_seconds_total", **labels) > 1.0
     assert _metric(broker, "tidelog_client_quota_bound", **labels) == QUOTA
+
+
+def _tidelog(broker: BrokerProcess, *args: str) -> None:
+    assert cli_main([*args, "-b", broker.bootstrap]) == 0
+
+
+def _delivered_within(producer: Producer, topic: str, seconds: float) -> bool:
+    done: list[Any] = []
+    producer.produce(topic, b"tiered", on_delivery=lambda err, msg: done.append(err))
+    deadline = time.monotonic() + seconds
+    while not done and time.monotonic() < deadline:
+        producer.poll(0.05)
+    return bool(done) and done[0] is None
+
+
+def test_a_paused_tier_is_held_until_resumed_while_high_keeps_flowing(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, unique_topic("tiers"))
+    _tidelog(broker, "quotas", "alter", "--client-id", "tier-low", "--add-config", "tidelog.tier=2")
+    _tidelog(broker, "quotas", "alter", "--client-id", "tier-high", "--add-config", "tidelog.tier=0")
+    low = Producer({"bootstrap.servers": broker.bootstrap, "client.id": "tier-low", **FAST_CLIENT})
+    high = Producer({"bootstrap.servers": broker.bootstrap, "client.id": "tier-high", **FAST_CLIENT})
+    try:
+        assert _delivered_within(low, topic, 10) and _delivered_within(high, topic, 10)  # connected, metadata known
+        _tidelog(broker, "quotas", "tier", "pause", "low")
+        assert not _delivered_within(low, topic, 2.0)
+        assert _delivered_within(high, topic, 5.0)
+        _tidelog(broker, "quotas", "tier", "resume", "low")
+        low.flush(10)
+        assert low.flush(0) == 0  # the held message went through once the tier was resumed
+        assert _delivered_within(low, topic, 5.0)
+    finally:
+        _tidelog(broker, "quotas", "tier", "resume", "low")
+        _tidelog(broker, "quotas", "delete", "--client-id", "tier-low")
+        _tidelog(broker, "quotas", "delete", "--client-id", "tier-high")
+
+
+def _saturation_level(broker: BrokerProcess) -> float:
+    return _gauge(broker, "tidelog_quota_tier_saturation_level")
+
+
+def _gauge(broker: BrokerProcess, name: str) -> float:
+    port = broker.properties["metrics.port"]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return next(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(f"{name} "))
+
+
+def test_saturation_throttles_the_low_tier_first_and_lifts_as_load_falls(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, unique_topic("saturate"))
+    admin = admin_client(broker.bootstrap)
+    resource = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+        ConfigEntry("quota.tier.auto.enable", "true", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("quota.tier.auto.network.bytes.per.sec", "20000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("quota.tier.auto.disk.enable", "false", incremental_operation=AlterConfigOpType.SET),
+    ])
+    admin.incremental_alter_configs([resource])[resource].result(15)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, **FAST_CLIENT})
+    try:
+        deadline = time.monotonic() + 15
+        while _saturation_level(broker) < 2 and time.monotonic() < deadline:
+            for _ in range(20):  # about 200 KB/s: ten times the capacity told to the broker
+                producer.produce(topic, VALUE)
+            producer.poll(0.1)
+        assert _saturation_level(broker) >= 2
+        port = broker.properties["metrics.port"]
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert 'tidelog_quota_tier_held{tier="low",reason="saturation: network utilisation' in text
+        producer.flush(10)
+        wait_until(lambda: _saturation_level(broker) == 0, timeout=15, interval=0.2, message="tier throttles lifted")
+    finally:
+        undo = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+            ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
+            for key in ("quota.tier.auto.enable", "quota.tier.auto.network.bytes.per.sec", "quota.tier.auto.disk.enable")
+        ])
+        admin.incremental_alter_configs([undo])[undo].result(15)
