@@ -155,8 +155,9 @@ class TierRuntime:
             self.saturation.level, self.saturation.reason = 0, ""
         else:
             what, value = ("network", network) if network >= disk else ("disk", disk)
-            if self.saturation.step(value, what):
-                log.warning("tier saturation level %d: %s", self.saturation.level, self.saturation.reason or "load fell")
+            moved = self.saturation.step(value, what)
+            if moved is not None:
+                log.warning("tier saturation %s", moved)
         self.m_level.set((), self.saturation.level)
         self.current_rules()
 

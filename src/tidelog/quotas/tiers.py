@@ -76,14 +76,18 @@ class Saturation:
     level: int = 0
     reason: str = ""
 
-    def step(self, utilisation: float, what: str) -> bool:
-        """Move one level for this interval's utilisation (``what`` names its source); True if it moved."""
+    def step(self, utilisation: float, what: str) -> str | None:
+        """Move one level for this interval's utilisation (``what`` names its source).
+
+        Returns what happened (for the log) when the level moved, else None. ``reason`` stays the
+        cause of the last escalation while any level is left: it is why the tiers are held back."""
         if utilisation > self.high and self.level < MAX_LEVEL:
             self.level += 1
             self.reason = f"{what} utilisation {utilisation:.2f} above {self.high:.2f}"
-            return True
+            return f"level {self.level}: {self.reason}"
         if utilisation < self.low and self.level > 0:
             self.level -= 1
-            self.reason = f"{what} utilisation {utilisation:.2f} below {self.low:.2f}" if self.level else ""
-            return True
-        return False
+            if not self.level:
+                self.reason = ""
+            return f"level {self.level}: {what} utilisation {utilisation:.2f} below {self.low:.2f}"
+        return None

@@ -36,12 +36,14 @@ def test_saturation_throttles_low_first_then_medium_then_pauses_low() -> None:
 
 def test_saturation_steps_up_above_high_holds_between_and_steps_down_below_low() -> None:
     s = Saturation(high=0.9, low=0.7)
-    assert s.step(0.95, "network") and s.level == 1
+    assert s.step(0.95, "network") == "level 1: network utilisation 0.95 above 0.90"
     assert s.reason == "network utilisation 0.95 above 0.90"
     assert s.step(0.99, "disk") and s.step(0.99, "disk") and s.level == 3
-    assert not s.step(0.99, "disk") and s.level == 3  # the top
-    assert not s.step(0.8, "disk") and s.level == 3  # between the thresholds: hold
-    for level in (2, 1, 0):
+    assert s.step(0.99, "disk") is None and s.level == 3  # the top
+    assert s.step(0.8, "disk") is None and s.level == 3  # between the thresholds: hold
+    assert s.step(0.1, "disk") == "level 2: disk utilisation 0.10 below 0.70"
+    assert s.reason == "disk utilisation 0.99 above 0.90"  # still why the tiers are held back
+    for level in (1, 0):
         assert s.step(0.1, "disk") and s.level == level
     assert s.reason == ""
 
