@@ -46,7 +46,8 @@ def add_tier_parser(commands: Any, examples: str) -> None:
     actions = tier.add_subparsers(dest="tier_command", required=True, metavar="ACTION")
 
     def action(name: str, help: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = actions.add_parser(name, help=help, description=help)
+        parser: argparse.ArgumentParser = actions.add_parser(name, help=help, description=help, epilog=examples,
+                                                             formatter_class=argparse.RawDescriptionHelpFormatter)
         parser.add_argument("tier", choices=TIERS, metavar="medium|low")
         parser.set_defaults(func=_run)
         add_connection_options(parser)
