@@ -17,6 +17,7 @@ fetch is answered empty and taken back off the rate), on Kafka as here (docs/quo
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import urllib.request
@@ -272,3 +273,24 @@ def test_saturation_throttles_the_low_tier_first_and_lifts_as_load_falls(broker:
             for key in ("quota.tier.auto.enable", "quota.tier.auto.network.bytes.per.sec", "quota.tier.auto.disk.enable")
         ])
         admin.incremental_alter_configs([undo])[undo].result(15)
+
+
+def test_the_cli_alters_describes_and_deletes_like_kafka_configs(broker: BrokerProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    user = unique_topic("cli-user")
+    _tidelog(broker, "quotas", "alter", "--entity-type", "users", "--entity-name", user, "--entity-type", "clients",
+             "--entity-default", "--add-config", "producer_byte_rate=4096,request_percentage=25")
+    _tidelog(broker, "quotas", "alter", "--user", user, "--add-config", "consumer_byte_rate=8192")
+    capsys.readouterr()
+    _tidelog(broker, "quotas", "describe", "--user", user, "--any", "--json")
+    described = json.loads(capsys.readouterr().out)
+    assert described == [
+        {"entity": {"client-id": None, "user": user}, "values": {"producer_byte_rate": 4096.0, "request_percentage": 25.0}},
+        {"entity": {"user": user}, "values": {"consumer_byte_rate": 8192.0}},
+    ]
+    assert cli_main(["quotas", "alter", "--user", user, "--add-config", "consumer_byte_rate=0.5", "-b", broker.bootstrap]) == 1
+    assert "INVALID_REQUEST: consumer_byte_rate cannot be a fractional value." in capsys.readouterr().err
+    _tidelog(broker, "quotas", "delete", "--user", user)
+    _tidelog(broker, "quotas", "delete", "--user", user, "--client-default")
+    capsys.readouterr()
+    _tidelog(broker, "quotas", "describe", "--user", user, "--any", "--json")
+    assert json.loads(capsys.readouterr().out) == []
