@@ -65,7 +65,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         # (frame, perf_counter when it completed, bytes of the receive budget it holds)
         self._frames: deque[tuple[Frame, float, int]] = deque()
         self._queued_bytes = 0
-        self._paused_for: set[str] = set()  # why reading is paused: "queue", "budget", "error"
+        self._paused_for: set[str] = set()  # why reading is paused: "queue", "budget", "error", "throttle"
         self._budget = budget
         self._receiving_reserved = 0  # budget held by the frame being received
         self._serving_reserved = 0  # budget held by the frame the task is serving
@@ -229,6 +229,13 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         if self._receiving_reserved:
             budget.release(self._receiving_reserved)
             self._receiving_reserved = 0
+
+    def mute(self) -> None:
+        """Read nothing more until ``unmute`` (a quota's throttle time)."""
+        self._pause("throttle")
+
+    def unmute(self) -> None:
+        self._unpause("throttle")
 
     def _pause(self, reason: str) -> None:
         if not self._paused_for and self.transport is not None and not self.transport.is_closing():

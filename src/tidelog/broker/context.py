@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from tidelog.broker.fetch_sessions import FetchSessionCache
 from tidelog.broker.producer_ids import ProducerIdAllocator
 from tidelog.broker.purgatory import FetchPurgatory
+from tidelog.broker.quota_runtime import QuotaRuntime
 from tidelog.broker.topic_admin import TopicAdmin
 from tidelog.common.config import BrokerConfig
 from tidelog.metadata.image import ClusterImage
@@ -56,6 +57,9 @@ class ConnectionInfo:
     session_expires_ms: int = 0
     close_after_response: bool = False  # set by a handler: answer, then close (failed authentication)
     request_timer: RequestTimer | None = None  # the request being served, for handlers to report waits
+    # Set by a handler (Produce, Fetch) from the client's byte-rate quota: the server writes it into the
+    # response and mutes the connection that long (broker/quota_runtime.py). Reset per request.
+    throttle_ms: int = 0
 
 
 def wall_clock_ms() -> int:
@@ -83,6 +87,7 @@ class BrokerContext:
     # None when authorizer.class.name is empty: every request is allowed (broker/authz.py).
     authorizer: AccessGate | None = None
     metrics: BrokerMetrics = field(default_factory=lambda: BrokerMetrics(Registry()))
+    quotas: QuotaRuntime | None = None  # client quotas (broker/quota_runtime.py); None: not enforced
 
     @property
     def image(self) -> ClusterImage:

@@ -15,6 +15,7 @@ import tidelog.broker.handlers.security as security_handlers
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.handlers import (
     admin_describe,
+    client_quotas,
     cluster,
     configs,
     elect_leaders,
@@ -100,6 +101,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_PRODUCERS: admin_describe.describe_producers,
     ApiKey.DESCRIBE_QUORUM: admin_describe.describe_quorum,
     ApiKey.LIST_CONFIG_RESOURCES: admin_describe.list_config_resources,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe_client_quotas,
+    ApiKey.ALTER_CLIENT_QUOTAS: client_quotas.alter_client_quotas,
 }
 
 

@@ -28,6 +28,7 @@ from tidelog.broker.context import BrokerContext, Endpoint
 from tidelog.broker.group_metrics import consumer_lag, group_counts_by_state
 from tidelog.broker.group_runtime import GroupRuntime
 from tidelog.broker.producer_ids import ProducerIdAllocator
+from tidelog.broker.quota_runtime import QuotaRuntime
 from tidelog.broker.receive_budget import ReceiveBudget
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.broker.server import Server
@@ -91,6 +92,7 @@ class BrokerNode:
         self.ctx: BrokerContext | None = None
         self.logs: LogManager | None = None
         self._stop = asyncio.Event()
+        self._tier_task: asyncio.Task[None] | None = None  # the saturation rule of priority tiers
         self.cluster_store: EtcdMetadataStore | None = None
         self.controller: ControllerService | None = None
         metrics_port = config.get("metrics.port")
@@ -135,6 +137,7 @@ class BrokerNode:
             metrics=self.obs.metrics,
         )
         self.ctx.producer_ids = ProducerIdAllocator(store)
+        self.ctx.quotas = QuotaRuntime(self.config, self.obs.metrics.registry)
         return self.ctx
 
     def _build_security(self, ctx: BrokerContext) -> SecurityService:
@@ -192,6 +195,8 @@ class BrokerNode:
         ctx.endpoints = self._advertised_endpoints(self.server.bound)
         assert self.logs is not None
         self.logs.start_background()
+        if ctx.quotas is not None:
+            self._tier_task = asyncio.create_task(ctx.quotas.tiers.run(self.log_dirs))
         if self.cluster_store is not None:
             await self._join_cluster(ctx, self.cluster_store)
         listeners = ",".join(f"{e.name}://{e.host}:{e.port}" for e in self.server.bound)
@@ -327,6 +332,8 @@ class BrokerNode:
         ]
 
     async def stop(self) -> None:
+        if self._tier_task is not None:
+            self._tier_task.cancel()
         await self._leave_cluster()
         if self.ctx is not None and self.ctx.transactions is not None:
             await self.ctx.transactions.stop()

@@ -23,6 +23,8 @@ What one client may take (docs/security.md, "Hostile and broken clients"):
   ``tidelog_connections_refused_total`` and logged once per address and minute;
 - a request larger than the receive area is read only while the broker-wide receive budget
   (``queued.max.request.bytes``, ``broker/receive_budget.py``) can hold it;
+- a client over its quota (``broker/quota_runtime.py``) gets the throttle time in its response, and
+  the connection is then muted for that long: nothing read, nothing served (Kafka's KIP-219);
 - a connection whose request takes longer than ``socket.request.read.timeout.ms`` to arrive is
   closed by the sweeper (``tidelog_request_read_timeouts_total``), whatever the pace of its bytes:
   the idle timeout alone restarts on every byte, so a client trickling one byte a second kept a
@@ -39,14 +41,16 @@ import struct
 import time
 from collections import defaultdict
 from collections.abc import Mapping
+from typing import Any
 
 from tidelog.broker.connection import KafkaProtocol
 from tidelog.broker.context import BrokerContext, ConnectionInfo, Endpoint
 from tidelog.broker.dispatch import handler_for
 from tidelog.broker.handlers.security import sasl_raw_token, session_expired
+from tidelog.broker.quota_runtime import with_throttle
 from tidelog.broker.receive_budget import ReceiveBudget
 from tidelog.broker.response_writer import ResponseWriter
-from tidelog.observability.broker_metrics import api_name
+from tidelog.observability.broker_metrics import RequestTimer, api_name
 from tidelog.observability.logs import OncePerInterval, context
 from tidelog.protocol.codec import decode_request, encode_api_versions_unsupported, encode_response
 from tidelog.protocol.errors import Hint, ProtocolError, UnknownApiKey
@@ -250,6 +254,8 @@ class Server:
                 try:
                     if not await self._handle(conn, frame, writer, received, plain_tcp):
                         return
+                    if conn.throttle_ms > 0:
+                        await self._mute(proto, conn.throttle_ms)
                     if conn.auth is None and decoder.max_frame_bytes < self.max_frame_bytes:
                         decoder.max_frame_bytes = self.max_frame_bytes  # authenticated: the full limit
                     if writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
@@ -270,6 +276,15 @@ class Server:
             log.exception("connection from %s (client %s) failed", peer, conn.client_id)
         finally:
             writer.close()
+
+    @staticmethod
+    async def _mute(proto: KafkaProtocol, throttle_ms: int) -> None:
+        """A quota's throttle: nothing more is read from the connection, nor served, for that long."""
+        proto.mute()
+        try:
+            await asyncio.sleep(throttle_ms / 1000)
+        finally:
+            proto.unmute()
 
     def _secure(self, conn: ConnectionInfo, security: ListenerSecurity, writer: asyncio.StreamWriter) -> bool:
         """Principal from the client certificate, or SASL authentication pending; False to close."""
@@ -337,8 +352,10 @@ class Server:
         timer = self.ctx.metrics.request_received(conn.listener.name, received)
         timer.decoded(header.api_key, header.api_version, len(frame))
         conn.request_timer = timer
+        conn.throttle_ms = 0
         response = await handler(self.ctx, conn, header, request)
         timer.handled()
+        response = self._throttled(conn, header.api_key, timer, response)
         if response is not None:
             parts = encode_response(header, response)
             await self.responses.write(writer, parts, plain_tcp)
@@ -346,6 +363,19 @@ class Server:
         else:
             timer.sent(0)
         return not conn.close_after_response
+
+    def _throttled(self, conn: ConnectionInfo, api_key: int, timer: RequestTimer, response: Any) -> Any:
+        """Add the request_percentage throttle to the byte-rate one; write it into the response."""
+        quotas = self.ctx.quotas
+        if quotas is None or conn.listener.name == self.inter_broker_listener:
+            return response
+        handler_s = max(0.0, timer.handled_at - timer.decoded_at - timer.remote_s)
+        throttle = max(conn.throttle_ms, quotas.handled(self.ctx.image, api_key, conn.principal, conn.client_id, handler_s))
+        conn.throttle_ms = throttle
+        if throttle <= 0:
+            return response
+        timer.add_throttle(throttle / 1000)
+        return response if response is None else with_throttle(response, throttle)
 
     async def close(self, grace_s: float = 5.0) -> None:
         """Stop accepting, let in-flight requests finish (up to ``grace_s``), then drop connections."""

@@ -27,6 +27,7 @@ from tidelog.cli import (
     partitions,
     perf,
     produce,
+    quotas,
     serve,
     topics,
     transactions,
@@ -63,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "serve, WARNING for the client commands)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (serve, dev_cluster, gateway, governor, agent, mirror, topics, configs, produce, consume, groups,
-                   transactions, cluster, partitions, brokers, acls, users, perf, log_dirs, web_console):
+                   transactions, cluster, partitions, brokers, acls, users, quotas, perf, log_dirs, web_console):
         module.add_parser(sub)
     return parser
 

@@ -57,7 +57,9 @@ def add_parser(sub: Any) -> None:
                                   ("status", "lag and position of every mirrored partition", _status),
                                   ("translate-offsets", "a group's source offsets as destination offsets",
                                    _translate)):
-        action = actions.add_parser(name, help=help_text, description=help_text)
+        examples = "examples:\n" + "".join(line + "\n" for line in EXAMPLES.splitlines() if f"mirror {name} " in line)
+        action = actions.add_parser(name, help=help_text, description=help_text, epilog=examples,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
         action.add_argument("--config", required=True, metavar="FILE", help="the link's TOML configuration")
         action.add_argument("--source", metavar="HOST:PORT", help="overrides source.bootstrap.servers")
         action.add_argument("--destination", metavar="HOST:PORT", help="overrides destination.bootstrap.servers")

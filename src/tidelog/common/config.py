@@ -357,6 +357,23 @@ _BROKER: list[Setting] = [
     Setting("max.connections.per.ip.overrides", Type.STRING, "", "Per-address (or host name) limits, 'host:count,host:count', overriding max.connections.per.ip.", _B, True, _overrides),
     Setting("max.connection.creation.rate", Type.INT, 2**31 - 1, "New connections per second on the broker (the inter-broker listener exempt); past it a new connection is closed at once. Per listener.", _B, True, at_least(0)),
     Setting("connection.failed.authentication.backoff.max.ms", Type.LONG, 10_000, "tidelog: cap of the exponential back-off after failed authentications per address and per user (doubling from connection.failed.authentication.delay.ms); 0 turns the back-off off.", _B, True, at_least(0)),
+    # -- client quotas (issue 22; docs/quotas.md)
+    Setting("quota.window.num", Type.INT, 11, "Number of samples kept to measure a client's rate against its quota.", _B, False, at_least(2)),
+    Setting("quota.window.size.seconds", Type.INT, 1, "Length of each sample of a client's rate against its quota.", _B, False, at_least(1)),
+    # priority tiers (tidelog): a client's tier is its quota entity's tidelog.tier (0 high, 1 medium, 2 low)
+    Setting("quota.tier.default", Type.STRING, "medium", "tidelog: tier of a client whose quota entities name none (high, medium, low).", _B, True, one_of("high", "medium", "low")),
+    Setting("quota.tier.medium.byte.rate", Type.LONG, 0, "tidelog: bytes/s the medium tier's clients may produce (and, separately, fetch) together on each broker; 0: no tier throttle. Set by `tidelog quotas tier throttle medium`.", _B, True, at_least(0)),
+    Setting("quota.tier.low.byte.rate", Type.LONG, 0, "tidelog: bytes/s the low tier's clients may produce (and, separately, fetch) together on each broker; 0: no tier throttle. Set by `tidelog quotas tier throttle low`.", _B, True, at_least(0)),
+    Setting("quota.tier.medium.paused", Type.BOOLEAN, False, "tidelog: the medium tier is paused: its produce requests are held and its fetches answered empty. Set by `tidelog quotas tier pause medium`.", _B, True),
+    Setting("quota.tier.low.paused", Type.BOOLEAN, False, "tidelog: the low tier is paused: its produce requests are held and its fetches answered empty. Set by `tidelog quotas tier pause low`.", _B, True),
+    Setting("quota.tier.pause.hold.ms", Type.LONG, 20_000, "tidelog: longest a paused tier's produce request is held; then it is answered REQUEST_TIMED_OUT (nothing appended; clients retry). Keep it below the clients' request.timeout.ms.", _B, True, at_least(0)),
+    Setting("quota.tier.auto.enable", Type.BOOLEAN, False, "tidelog: throttle tiers automatically when the broker is saturated (low first, then medium, then pause low), lifted as load falls.", _B, True),
+    Setting("quota.tier.auto.network.bytes.per.sec", Type.LONG, 0, "tidelog: the broker's network capacity (bytes/s in plus out) that network utilisation is measured against; 0: network not considered.", _B, True, at_least(0)),
+    Setting("quota.tier.auto.disk.enable", Type.BOOLEAN, True, "tidelog: count the busiest log dir disk's utilisation (/proc/diskstats time busy) in saturation.", _B, True),
+    Setting("quota.tier.auto.high.utilisation", Type.DOUBLE, 0.9, "tidelog: utilisation (0-1) above which tier throttling escalates one step per interval.", _B, True, between(0.0, 1.0)),
+    Setting("quota.tier.auto.low.utilisation", Type.DOUBLE, 0.7, "tidelog: utilisation (0-1) below which tier throttling steps back one level per interval.", _B, True, between(0.0, 1.0)),
+    Setting("quota.tier.auto.byte.rate", Type.LONG, 1_048_576, "tidelog: bytes/s a tier throttled for saturation may produce (and fetch) together on the broker.", _B, True, at_least(1)),
+    Setting("quota.tier.auto.interval.ms", Type.LONG, 1000, "tidelog: how often utilisation is measured and the saturation level stepped.", _B, False, at_least(10)),
     # -- admin APIs answered as a single node (issue 24)
     Setting("max.request.partition.size.limit", Type.INT, 2000, "Most partitions one DescribeTopicPartitions response holds; the rest comes through its cursor.", _B, False, at_least(1)),
 ]

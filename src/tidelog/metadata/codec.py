@@ -21,6 +21,8 @@ Forms (the etcd keys that hold them are listed in ``etcd_layout``)::
                   "replicas": [1, 2, 3],                  # since issue 17; absent: the topic's list
                   "adding_replicas": [3], "removing_replicas": [4]}   # only during a move
     controller   {"node_id": 1, "epoch": 7}
+    quota        {"entity": [{"type": "user", "name": "app" | null}, ...],   null name: the default
+                  "values": {"producer_byte_rate": 1048576.0, ...}}
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ from types import MappingProxyType
 from typing import Any
 
 from tidelog.common.config import Value
-from tidelog.metadata.image import AclEntry, BrokerEndpoint, BrokerRegistration, PartitionImage, TopicImage
+from tidelog.metadata.image import (
+    AclEntry,
+    BrokerEndpoint,
+    BrokerRegistration,
+    PartitionImage,
+    QuotaEntity,
+    TopicImage,
+)
 from tidelog.protocol.sasl import ScramCredential
 
 
@@ -270,3 +279,38 @@ def controller_to_json(node_id: int, epoch: int) -> dict[str, int]:
 def controller_from_json(value: object) -> tuple[int, int]:
     doc = expect_dict(value, "controller")
     return expect_int(required(doc, "node_id"), "node_id"), expect_int(required(doc, "epoch"), "epoch")
+
+
+def quotas_to_json(quotas: Mapping[QuotaEntity, Mapping[str, float]]) -> list[dict[str, Any]]:
+    return [
+        {"entity": [{"type": kind, "name": name} for kind, name in entity], "values": dict(sorted(values.items()))}
+        for entity, values in sorted(quotas.items(), key=lambda item: [(k, n or "") for k, n in item[0]])
+    ]
+
+
+def _quota_entity(value: object) -> QuotaEntity:
+    parts = []
+    for item in expect_list(value, "quota entity"):
+        doc = expect_dict(item, "quota entity part")
+        name = required(doc, "name")
+        parts.append((expect_str(required(doc, "type"), "entity type"), None if name is None else expect_str(name, "entity name")))
+    if not parts:
+        raise CorruptValueError("quota entity: empty")
+    return tuple(sorted(parts))
+
+
+def _quota_values(value: object) -> Mapping[str, float]:
+    values = {}
+    for key, number in expect_dict(value, "quota values").items():
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            raise CorruptValueError(f"quota {key}: expected a number, got {number!r}")
+        values[expect_str(key, "quota key")] = float(number)
+    return MappingProxyType(values)
+
+
+def quotas_from_json(value: object) -> Mapping[QuotaEntity, Mapping[str, float]]:
+    quotas = {}
+    for item in expect_list(value, "client quotas"):
+        doc = expect_dict(item, "client quota")
+        quotas[_quota_entity(required(doc, "entity"))] = _quota_values(required(doc, "values"))
+    return MappingProxyType(quotas)

@@ -14,6 +14,7 @@ Keys, relative to ``/<prefix>/`` (values are ``codec``'s JSON forms, UTF-8)::
     broker_configs                {"key": value, ...}               dynamic broker configs
     acls                          [acl, ...]
     scram                         [credential, ...]
+    client_quotas                 [quota, ...]
     producer_id_block_end         int                               ids below are handed out
 
 Invariants of :class:`KeyTable` (the decoded mirror of the prefix):
@@ -54,6 +55,7 @@ CONTROLLER_EPOCH = "controller_epoch"
 BROKER_CONFIGS = "broker_configs"
 ACLS = "acls"
 SCRAM = "scram"
+CLIENT_QUOTAS = "client_quotas"
 PRODUCER_ID_BLOCK_END = "producer_id_block_end"
 BROKERS = "brokers/"
 TOPICS = "topics/"
@@ -94,6 +96,8 @@ def _decode_value(key: str, data: bytes) -> Any:
         return tuple(dict.fromkeys(codec.acl_from_json(a) for a in codec.expect_list(doc, "acls")))
     if key == SCRAM:
         return MappingProxyType(dict(codec.scram_from_json(c) for c in codec.expect_list(doc, "scram")))
+    if key == CLIENT_QUOTAS:
+        return codec.quotas_from_json(doc)
     if key.startswith(BROKERS):
         registration = codec.broker_from_json(doc)
         if str(registration.node_id) != key[len(BROKERS):]:
@@ -188,6 +192,7 @@ class KeyTable:
             producer_id_block_end=self.value(PRODUCER_ID_BLOCK_END) or 0,
             acls=self.value(ACLS) or (),
             scram_credentials=self.value(SCRAM) or MappingProxyType({}),
+            client_quotas=self.value(CLIENT_QUOTAS) or MappingProxyType({}),
             brokers=MappingProxyType({
                 e.value.node_id: e.value
                 for k, e in self.entries.items() if k.startswith(BROKERS) and e.value is not None
@@ -278,6 +283,7 @@ def plan_commit(base: ClusterImage, new: ClusterImage) -> CommitPlan:
         (BROKER_CONFIGS, codec.configs_to_json(base.broker_configs), codec.configs_to_json(new.broker_configs)),
         (ACLS, [codec.acl_to_json(a) for a in base.acls], [codec.acl_to_json(a) for a in new.acls]),
         (SCRAM, codec.scram_list_to_json(base.scram_credentials), codec.scram_list_to_json(new.scram_credentials)),
+        (CLIENT_QUOTAS, codec.quotas_to_json(base.client_quotas), codec.quotas_to_json(new.client_quotas)),
         (PRODUCER_ID_BLOCK_END, base.producer_id_block_end, new.producer_id_block_end),
     )
     for key, before, after in scalars:

@@ -1,4 +1,4 @@
-"""The cluster image: brokers, topics, partitions, configs, ACLs and SCRAM credentials as frozen data.
+"""The cluster image: brokers, topics, partitions, configs, ACLs, SCRAM credentials and client quotas as frozen data.
 
 The image is replaced, never mutated: every change (a topic created, a config altered, partitions
 added) produces a new image from the old one plus a change, and the store persists the new image
@@ -11,6 +11,10 @@ Cluster fields (issue 16) default to "single node": no registered brokers, no co
 ``controller_id``/``controller_epoch`` come from the election keys, and ``revision`` is the etcd
 revision the image reflects: an image derived from it with ``replace`` or the ``with_*`` helpers
 keeps that revision, which is how ``EtcdMetadataStore.commit`` knows what the writer read.
+
+Client quotas (issue 22) map a quota entity to its values: the entity is a tuple of
+``(entity type, name)`` pairs sorted by type (``name`` None: the default entity), as
+``tidelog.quotas.entity`` defines it; an entity without values is not kept.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from types import MappingProxyType
 
 from tidelog.common.config import Value
 from tidelog.protocol.sasl import ScramCredential
+
+# ((entity type, name or None for the default), ...), sorted by type: ((client-id, None), (user, alice))
+QuotaEntity = tuple[tuple[str, str | None], ...]
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
@@ -131,6 +138,8 @@ class ClusterImage:
     acls: tuple[AclEntry, ...] = ()
     # (user, mechanism) → salted credential; never a password.
     scram_credentials: Mapping[tuple[str, str], ScramCredential] = field(default_factory=lambda: MappingProxyType({}))
+    # quota entity → {key: value}; replaced as a whole on every change.
+    client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(default_factory=lambda: MappingProxyType({}))
     # node id → registration of every broker whose lease is alive (empty on a single node).
     brokers: Mapping[int, BrokerRegistration] = field(default_factory=lambda: MappingProxyType({}))
     controller_id: int = -1  # -1: no controller elected
@@ -181,6 +190,10 @@ class ClusterImage:
 
     def with_scram_credentials(self, credentials: Mapping[tuple[str, str], ScramCredential]) -> ClusterImage:
         return replace(self, scram_credentials=MappingProxyType(dict(credentials)))
+
+    def with_client_quotas(self, quotas: Mapping[QuotaEntity, Mapping[str, float]]) -> ClusterImage:
+        kept = {e: MappingProxyType(dict(v)) for e, v in quotas.items() if v}
+        return replace(self, client_quotas=MappingProxyType(kept))
 
 
 def new_topic(name: str, partitions: int, node_id: int, configs: Mapping[str, Value]) -> TopicImage:

@@ -14,7 +14,9 @@ File ``<first log dir>/__cluster_metadata.json``::
                "principal": "User:app", "host": "*", "operation": 4, "permission_type": 3}, ...],
      "scram_credentials": [{"user": "app", "mechanism": "SCRAM-SHA-256",           # optional
                             "salt": "<base64>", "stored_key": "<base64>", "server_key": "<base64>",
-                            "iterations": 8192}, ...]}
+                            "iterations": 8192}, ...],
+     "client_quotas": [{"entity": [{"type": "user", "name": "app"}],                # optional
+                        "values": {"producer_byte_rate": 1048576.0}}, ...]}
 
 Writes go to a temporary file that is fsynced, renamed over the old file, and the directory fsynced,
 so after a crash the file is either the old image or the new one, never a mix. Values are JSON
@@ -22,7 +24,7 @@ natives of the catalogue's types (lists for LIST settings); the parts' JSON form
 except partitions, which the file keeps whole (``replicas`` with the state; no ``partition_epoch``: a
 single node never changes leaders). A file that does not have this shape is refused with a
 ``ConfigError`` saying what is wrong. Keys added after version 1 was first
-written (``acls``, ``scram_credentials``) are optional: a file without them loads as having none.
+written (``acls``, ``scram_credentials``, ``client_quotas``) are optional: a file without them loads as having none.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ def _image_to_json(image: ClusterImage) -> dict[str, Any]:
         ],
         "acls": [codec.acl_to_json(a) for a in image.acls],
         "scram_credentials": codec.scram_list_to_json(image.scram_credentials),
+        "client_quotas": codec.quotas_to_json(image.client_quotas),
     }
 
 
@@ -132,6 +135,7 @@ def _image_from_json(doc: Mapping[str, Any]) -> ClusterImage:
             scram_credentials=MappingProxyType(dict(
                 codec.scram_from_json(c) for c in codec.expect_list(doc.get("scram_credentials", []), "scram")
             )),
+            client_quotas=codec.quotas_from_json(doc.get("client_quotas", [])),
         )
     except (KeyError, codec.CorruptValueError) as exc:
         raise ConfigError(f"{FILE_NAME}: corrupt metadata file: {exc}") from None

@@ -52,6 +52,7 @@ from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.fetch_sessions import FetchContext, SessionPartition, TopicPartition
 from tidelog.broker.handlers.common import check_leader_epoch, partition_log
 from tidelog.broker.purgatory import wake
+from tidelog.broker.quota_runtime import PAUSED_FETCH_THROTTLE_MS
 from tidelog.broker.response_writer import FileSlices
 from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.protocol.encoders.fetch import FetchPartitionResult, FetchResult
@@ -233,6 +234,13 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
         read_committed = False  # followers copy everything; isolation is for consumers
     consumer = ConsumerRead(version >= 11, getattr(request, "rack_id", None) or None)
     replica = _replica_id(request) if refused is not None else -1
+    from_consumer = _replica_id(request) < 0
+    if from_consumer and ctx.quotas is not None and ctx.quotas.paused(ctx.image, conn.principal, conn.client_id):
+        conn.throttle_ms = PAUSED_FETCH_THROTTLE_MS  # the client's tier is paused: nothing, and come back later
+        return FetchResult(version, ErrorCode.NONE, fetch_ctx.response_session_id, [], PAUSED_FETCH_THROTTLE_MS)
+    quota_limit = ctx.quotas.fetch_limit(ctx.image, conn.principal, conn.client_id) if ctx.quotas and from_consumer else None
+    if quota_limit is not None:
+        max_bytes = min(max_bytes, quota_limit)  # Kafka: one response never exceeds what the quota window holds
     while True:
         results = _read_all(ctx, fetch_ctx, epochs, max_bytes, read_committed, denied, refused, consumer, replica)
         enough = sum(r.size for r in results) >= request.min_bytes
@@ -253,6 +261,13 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
                 conn.request_timer.add_remote(time.perf_counter() - waited_from)
     if replica >= 0 and ctx.throttles is not None:
         ctx.throttles.record(LEADER, sum(r.size for r in results if r.size and ctx.throttles.listed(LEADER, r.tp)))
+    if ctx.quotas is not None and from_consumer:
+        throttle = ctx.quotas.fetched(ctx.image, conn.principal, conn.client_id, sum(r.size for r in results))
+        if throttle > 0:
+            # Kafka's answer to a consumer over its quota: nothing now, and the time to wait. The session's
+            # partitions are left as they were, so the next fetch reports them afresh.
+            conn.throttle_ms = max(conn.throttle_ms, throttle)
+            return FetchResult(version, ErrorCode.NONE, fetch_ctx.response_session_id, [], throttle)
     for r in results:
         if r.size:
             ctx.metrics.fetched(r.tp[0], r.size)

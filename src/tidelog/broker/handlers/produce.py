@@ -33,6 +33,7 @@ from tidelog.broker.authz import (
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.handlers import inflation, transactions
 from tidelog.broker.handlers.common import partition_log
+from tidelog.broker.quota_runtime import PAUSED_FETCH_THROTTLE_MS
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.errors import ErrorCode, KafkaError, RecordValidationError
 from tidelog.protocol.encoders.produce import ProducePartitionResult, ProduceResult
@@ -150,6 +151,10 @@ def _topic_name(ctx: BrokerContext, topic_data: Any) -> str | None:
 
 async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
     acks = request.acks
+    quotas = ctx.quotas
+    paused = quotas is not None and quotas.paused(ctx.image, conn.principal, conn.client_id)
+    if paused and quotas is not None and not await quotas.hold_while_paused(lambda: ctx.image, conn.principal, conn.client_id):
+        return _paused_answer(conn, header, request)
     to_flush: list[PartitionLog] = []
     woken = [False]  # set when an append woke a waiting fetch
     topics: list[tuple[str, Any, list[ProducePartitionResult]]] = []
@@ -188,9 +193,32 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
         await asyncio.sleep(0)
     if waits:
         await _wait_for_replication(ctx, waits, request.timeout.total_seconds() * 1000)
+    _record_quota(ctx, conn)
     if acks == 0:
         return None
-    return ProduceResult(header.api_version, topics)
+    return ProduceResult(header.api_version, topics, conn.throttle_ms)
+
+
+def _paused_answer(conn: ConnectionInfo, header: RequestHeader, request: Any) -> ProduceResult | None:
+    """The client's tier stayed paused for quota.tier.pause.hold.ms: nothing appended, every partition
+    REQUEST_TIMED_OUT (retriable: the client sends the same batches again), a second's throttle."""
+    conn.throttle_ms = max(conn.throttle_ms, PAUSED_FETCH_THROTTLE_MS)
+    if request.acks == 0:
+        return None
+    topics = [
+        (getattr(t, "name", "") or "", getattr(t, "topic_id", None),
+         [ProducePartitionResult(p.index, ErrorCode.REQUEST_TIMED_OUT, -1, -1, -1) for p in t.partition_data])
+        for t in request.topic_data
+    ]
+    return ProduceResult(header.api_version, topics, conn.throttle_ms)
+
+
+def _record_quota(ctx: BrokerContext, conn: ConnectionInfo) -> None:
+    """The request's size against the client's producer_byte_rate (Kafka counts the whole request)."""
+    if ctx.quotas is None or conn.request_timer is None:
+        return
+    throttle = ctx.quotas.produced(ctx.image, conn.principal, conn.client_id, conn.request_timer.request_bytes)
+    conn.throttle_ms = max(conn.throttle_ms, throttle)
 
 
 async def _wait_for_replication(

@@ -1,0 +1,167 @@
+"""The broker's side of client quotas: who a connection is, what it did, how long it must wait.
+
+``QuotaRuntime`` is shared by every connection of the broker. Per request it takes the current
+image's quotas (rebuilt only when the image's ``client_quotas`` object changes, so an alteration on any
+broker reaches every broker with the next image), records what the request did and returns the
+throttle time, Kafka's way (``quotas/manager.py``):
+
+- Produce: the request's size against ``producer_byte_rate``;
+- Fetch from a consumer: the response's size against ``consumer_byte_rate``; a throttled fetch is
+  answered empty and its bytes taken back off the rate (they were never sent), and one response is
+  never larger than the quota's window holds. Followers' fetches are exempt;
+- every request but the exempt ones (ApiVersions, SASL, inter-broker): the handler's time on the
+  event loop, as a percentage of one thread, against ``request_percentage``.
+
+The server writes the throttle time into the response's ``throttle_time_ms`` and then mutes the
+connection for that long (no reads, no further requests served), so a client that ignores the field
+is held back anyway (KIP-219). The user of a connection is its principal's name (``User:alice`` →
+``alice``; ``ANONYMOUS`` when unauthenticated, which ``user=<default>`` covers, as in Kafka).
+
+Priority tiers (``broker/tier_runtime.py``) come on top: the connection's tier (its entity's
+``tidelog.tier``, else ``quota.tier.default``) may be throttled as a whole, or paused: a paused
+tier's produce request is held (checked every 100 ms) for up to ``quota.tier.pause.hold.ms``, and its
+fetches are answered empty with a throttle of ``PAUSED_FETCH_THROTTLE_MS``.
+
+Metrics per entity (the tags that share a rate): ``tidelog_client_quota_rate`` (last measured rate),
+``tidelog_client_quota_bound``, ``tidelog_client_quota_throttle_seconds_total`` and
+``tidelog_client_quota_throttled_total``, labelled ``quota``, ``user`` and ``client_id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tidelog.broker.tier_runtime import TierRuntime
+from tidelog.common.config import BrokerConfig
+from tidelog.metadata.image import ClusterImage
+from tidelog.observability.registry import Registry
+from tidelog.quotas.entity import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, TIER, Entity
+from tidelog.quotas.manager import QuotaManager, Recorded, resolve
+from tidelog.quotas.tiers import HIGH, tier_number
+
+# ApiVersions, SaslHandshake, SaslAuthenticate, WriteTxnMarkers: never throttled by request_percentage
+EXEMPT_FROM_REQUEST_QUOTA = frozenset({18, 17, 36, 27})
+NANOS_PER_PERCENT = 1e7  # 1 % of one thread for one second
+PAUSED_FETCH_THROTTLE_MS = 1000
+
+
+def user_of(principal: str) -> str:
+    return principal.partition(":")[2] or principal
+
+
+class QuotaMetrics:
+    def __init__(self, registry: Registry) -> None:
+        labels = ("quota", "user", "client_id")
+        self.rate = registry.gauge("tidelog_client_quota_rate", "Measured rate of a quota entity (bytes/s or % of a thread).", labels)
+        self.bound = registry.gauge("tidelog_client_quota_bound", "The quota an entity's rate is held to.", labels)
+        self.throttle = registry.counter("tidelog_client_quota_throttle_seconds_total", "Throttle time given to an entity's clients.", labels)
+        self.throttled = registry.counter("tidelog_client_quota_throttled_total", "Responses of an entity that carried a throttle time.", labels)
+
+    def observe(self, key: str, recorded: Recorded, throttle_ms: int) -> None:
+        labels = (key, *recorded.tags)
+        self.rate.set(labels, max(0.0, recorded.rate))
+        self.bound.set(labels, recorded.bound)
+        if throttle_ms > 0:
+            self.throttle.inc(labels, throttle_ms / 1000)
+            self.throttled.inc(labels)
+
+
+class QuotaRuntime:
+    """Client quotas of this broker, following the cluster image."""
+
+    def __init__(self, config: BrokerConfig, registry: Registry, now_ms: Callable[[], int] | None = None) -> None:
+        self.config = config
+        self.manager = QuotaManager(config.get_int("quota.window.num"), config.get_int("quota.window.size.seconds") * 1000)
+        self.metrics = QuotaMetrics(registry)
+        self._now_ms = now_ms or (lambda: time.monotonic_ns() // 1_000_000)
+        self._seen: Mapping[Entity, Mapping[str, float]] | None = None
+        self.tiers = TierRuntime(config, registry, self._now_ms)
+
+    def refresh(self, image: ClusterImage) -> int:
+        """Follow the image and the window settings; now in ms."""
+        now = self._now_ms()
+        self.manager.configure_windows(self.config.get_int("quota.window.num"),
+                                       self.config.get_int("quota.window.size.seconds") * 1000)
+        if image.client_quotas is not self._seen:
+            self._seen = image.client_quotas
+            self.manager.update(image.client_quotas, now)
+        return now
+
+    def _record(self, image: ClusterImage, key: str, principal: str, client_id: str | None, value: float) -> int:
+        if not image.client_quotas:
+            return 0
+        now = self.refresh(image)
+        recorded = self.manager.record(key, user_of(principal), client_id or "", value, now)
+        if recorded is None:
+            return 0
+        self.metrics.observe(key, recorded, recorded.throttle_ms)
+        return recorded.throttle_ms
+
+    def tier_of(self, image: ClusterImage, principal: str, client_id: str | None) -> int:
+        if image.client_quotas:
+            found = resolve(image.client_quotas, TIER, user_of(principal), client_id or "")
+            if found is not None:
+                return int(found[2])
+        return tier_number(str(self.config.get("quota.tier.default")))
+
+    def produced(self, image: ClusterImage, principal: str, client_id: str | None, request_bytes: int) -> int:
+        """A produce request of ``request_bytes`` arrived; its throttle time in ms."""
+        throttle = self._record(image, PRODUCER_BYTE_RATE, principal, client_id, request_bytes)
+        tier = self.tier_of(image, principal, client_id)
+        return max(throttle, self.tiers.record(tier, "produce", request_bytes))
+
+    def paused(self, image: ClusterImage, principal: str, client_id: str | None) -> bool:
+        tier = self.tier_of(image, principal, client_id)
+        return tier != HIGH and self.tiers.is_paused(tier)
+
+    async def hold_while_paused(self, image: Callable[[], ClusterImage], principal: str, client_id: str | None) -> bool:
+        """Wait while the client's tier is paused, up to quota.tier.pause.hold.ms; False if still paused."""
+        deadline = time.monotonic() + self.config.get_int("quota.tier.pause.hold.ms") / 1000
+        while self.paused(image(), principal, client_id):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.1)
+        return True
+
+    def fetch_limit(self, image: ClusterImage, principal: str, client_id: str | None) -> int | None:
+        """Most bytes one fetch response may carry under the consumer's quota; None when unlimited."""
+        if not image.client_quotas:
+            return None
+        self.refresh(image)
+        limit = self.manager.max_value_in_window(CONSUMER_BYTE_RATE, user_of(principal), client_id or "")
+        return None if limit is None else max(1, int(min(limit, 2**31 - 1)))
+
+    def fetched(self, image: ClusterImage, principal: str, client_id: str | None, response_bytes: int) -> int:
+        """A fetch response of ``response_bytes`` is ready; its throttle time (then it must go out
+        empty: its bytes are taken off the rate again)."""
+        quota_throttle = self._record(image, CONSUMER_BYTE_RATE, principal, client_id, response_bytes)
+        tier = self.tier_of(image, principal, client_id)
+        throttle = max(quota_throttle, self.tiers.record(tier, "fetch", response_bytes))
+        if throttle > 0:
+            if image.client_quotas:
+                self.manager.unrecord(CONSUMER_BYTE_RATE, user_of(principal), client_id or "", response_bytes, self._now_ms())
+            self.tiers.unrecord(tier, "fetch", response_bytes)
+        return throttle
+
+    def handled(self, image: ClusterImage, api_key: int, principal: str, client_id: str | None, seconds: float) -> int:
+        """A request took ``seconds`` of handler time; its request_percentage throttle time."""
+        if api_key in EXEMPT_FROM_REQUEST_QUOTA:
+            return 0
+        return self._record(image, REQUEST_PERCENTAGE, principal, client_id, seconds * 1e9 / NANOS_PER_PERCENT)
+
+
+def with_throttle(response: Any, throttle_ms: int) -> Any:
+    """``response`` carrying ``throttle_ms`` in its throttle_time_ms field (if it has one)."""
+    if hasattr(response, "throttle_ms"):  # the hand-encoded Produce and Fetch results
+        response.throttle_ms = max(response.throttle_ms, throttle_ms)
+        return response
+    current = getattr(response, "throttle_time", None)
+    if isinstance(current, datetime.timedelta) and dataclasses.is_dataclass(response) and not isinstance(response, type):
+        wanted = datetime.timedelta(milliseconds=throttle_ms)
+        return dataclasses.replace(response, throttle_time=max(current, wanted))
+    return response
