@@ -73,6 +73,7 @@ class TierRuntime:
         self.m_throttle = r.counter("tidelog_quota_tier_throttle_seconds_total", "Throttle time given by tier rules.", ("tier",))
         self.m_rate = r.gauge("tidelog_quota_tier_rate", "Measured byte rate of a tier held back by a throttle.", ("tier", "direction"))
         self._published: dict[int, str] = {}
+        self.m_level.set((), 0)  # shown from the start, not only after the first interval
 
     # -- rules --------------------------------------------------------------------------------
 
