@@ -251,10 +251,10 @@ class Engine:
                                                          limits.stall_ms), leaders)
         if not start:
             return
-        refused = await self._throttle(throttles([*flying, *start]))
-        if refused and self.config.throttle_required:
+        unthrottled = await self._throttle(throttles([*flying, *start]))
+        if unthrottled and self.config.throttle_required:
             await self._abort(stored, done, flying, cancelled,
-                              f"the cluster refuses the replication throttles ({refused[0]}) and "
+                              f"the cluster refuses the replication throttles ({unthrottled[0]}) and "
                               "governor.throttle.required=true: no move runs unthrottled")
             return
         errors = await self.cluster.alter_reassignments({key(m): m.after for m in start})
