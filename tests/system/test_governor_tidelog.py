@@ -42,13 +42,16 @@ from tidelog.governor.engine import Engine
 from tidelog.governor.planner import PartitionMove, Plan
 from tidelog.governor.store import Store, StoreError
 
-FAST = ["--override", "governor.interval.ms=500", "--interval", "0.5", "--max-wait", "90"]
+FAST = ["--override", "governor.interval.ms=500", "--override", "governor.moves.per.broker=8", "--interval", "0.5",
+        "--max-wait", "90"]
 BROKERS = {1, 2, 3, 4}
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("governor-cluster"), size=4, overrides=STEADY_SESSION).start()
+    # a few offsets partitions: the drain and the healing move every partition of a broker
+    c = Cluster(tmp_path_factory.mktemp("governor-cluster"), size=4,
+                overrides={**STEADY_SESSION, "offsets.topic.num.partitions": 4}).start()
     try:
         yield c
     finally:
@@ -91,7 +94,7 @@ def replicas_of(cluster: Cluster) -> dict[tuple[str, int], tuple[list[int], list
 def assert_throttle_outcome(run: Run) -> None:
     """Either the cluster took the throttles (removed at the end) or it refused them and the governor
     said so and moved unthrottled; nothing in between."""
-    if "refuses the replication throttles" in run.err:
+    if "refuses the throttles" in run.err:
         assert "moving unthrottled" in run.err and "moved unthrottled" in run.out, run.out + run.err
     else:
         assert "throttles removed" in run.out, run.out + run.err
@@ -165,9 +168,14 @@ def test_governor_drain_empties_a_tidelog_broker(cluster: Cluster, capsys: pytes
     assert held == []
     status = run_cli(capsys, "governor", "status", "-b", cluster.bootstrap, "--json").json()
     assert status["control"]["drained"] == [1] and status["excluded"] == {"1": "draining"}
-    undrain = run_cli(capsys, "governor", "undrain", "1", "-b", cluster.bootstrap, *FAST)
+    # undrain: broker 1 is usable again and the plan stored moves load back onto it (carried out by the
+    # same rounds as the drain's; left to a service here, the next test starts with no plan)
+    undrain = run_cli(capsys, "governor", "undrain", "1", "-b", cluster.bootstrap, "--no-wait", *FAST)
     assert undrain.code == 0, undrain.out + undrain.err
-    assert any(1 in replicas for replicas, _ in replicas_of(cluster).values())  # load moved back onto it
+    status = run_cli(capsys, "governor", "status", "-b", cluster.bootstrap, "--json").json()
+    assert status["control"]["drained"] == [] and status["excluded"] == {}
+    stored = Store({"bootstrap.servers": cluster.bootstrap, **QUIET}).read()["plan"]
+    assert stored["reason"] == "undrain 1" and any(1 in m["after"] for m in stored["moves"])
 
 
 def test_breaker_pauses_the_moves_while_a_broker_is_stopped_and_resumes_once_it_is_back(cluster: Cluster) -> None:
@@ -216,10 +224,15 @@ def test_breaker_pauses_the_moves_while_a_broker_is_stopped_and_resumes_once_it_
 
 
 def test_a_broker_killed_for_good_is_healed_around_after_the_grace_period(cluster: Cluster) -> None:
-    victim = 4
-    topic = topic_on(cluster, [[1, victim], [victim, 2], [3, victim], [victim, 1]], records=40)
+    engine = governor(cluster, **{"governor.broker.dead.grace.ms": "2000", "governor.self.healing": "true",
+                                  "governor.moves.per.broker": "8"})
+    asyncio.run(engine.observe())
+    assert engine.snapshot is not None
+    victim = engine.snapshot.controller  # the governor's client knew it as the controller: it must ask afresh
+    others = sorted(BROKERS - {victim})
+    topic = topic_on(cluster, [[others[0], victim], [victim, others[1]], [others[2], victim], [victim, others[0]]],
+                     records=40)
     cluster.brokers[victim].kill9()  # never restarted: the last test of the module
-    engine = governor(cluster, **{"governor.broker.dead.grace.ms": "2000", "governor.self.healing": "true"})
     tick_until(engine, lambda: victim in engine.excluded, 40, f"broker {victim} excluded as dead")
     assert engine.excluded[victim].startswith("dead for")
     tick_until(engine, lambda: (engine.stored.get("last") or {}).get("reason", "").startswith("heal"), 60,

@@ -179,8 +179,8 @@ def _plan(args: argparse.Namespace) -> int:
         else:
             out.table(["PARTITION", "REPLICAS (LEADER FIRST)"], [(p, ",".join(map(str, r))) for p, r in enumerate(assignment)],
                       title=f"{args.new_topic}: {args.bytes_in:g} B/s in over {args.partitions} partitions")
-            out.note("create it with: tidelog topics create " + args.new_topic + " --replica-assignment "
-                     + ",".join(":".join(map(str, r)) for r in assignment))
+            out.note("create it with Kafka's tool: kafka-topics.sh --bootstrap-server ... --create --topic "
+                     + args.new_topic + " --replica-assignment " + ",".join(":".join(map(str, r)) for r in assignment))
         return 0
     if args.drain:
         model = model.with_excluded({**engine.excluded, **{b: "draining (dry run)" for b in args.drain}})
@@ -281,8 +281,7 @@ async def _follow(engine: Engine, plan_id: str, args: argparse.Namespace) -> int
             return 1 if last.get("cancelled") else 0
         if status["throttlesRefused"] and not warned:
             warned = True
-            out.note(f"warning: the cluster refuses the replication throttles ({status['throttlesRefused'][0]}): "
-                     "moving unthrottled (governor.throttle.required=true aborts instead)")
+            out.note(f"warning: moving unthrottled, the cluster refuses the throttles: {status['throttlesRefused'][0]}")
         paused = status["control"]
         out.line(f"plan {plan_id}: {plan['done']}/{plan['moves']} done, {plan['inFlight']} in flight, "
                  f"{plan['pending']} pending, {plan['cancelled']} cancelled; {_bytes(plan['bytesDone'])} of "

@@ -122,7 +122,13 @@ class Cluster:
     # -- librdkafka ---------------------------------------------------------------------------
 
     async def describe(self) -> tuple[dict[int, Broker], int, dict[TopicPartitionKey, PartitionState]]:
-        described = await _wait(self.admin.describe_cluster(request_timeout=self.timeout_s), "DescribeCluster")
+        try:
+            described = await _wait(self.admin.describe_cluster(request_timeout=self.timeout_s), "DescribeCluster")
+        except ClusterError:
+            # librdkafka keeps waiting for the controller its cached metadata names, also once that
+            # broker is dead and another controls the cluster: a new client asks afresh
+            self.admin = AdminClient(self.config)
+            described = await _wait(self.admin.describe_cluster(request_timeout=self.timeout_s), "DescribeCluster")
         brokers = {n.id: Broker(n.id, n.host, n.port, n.rack or None) for n in described.nodes}
         controller = described.controller.id if described.controller is not None else min(brokers, default=-1)
         # topic names from Metadata, then DescribeTopics for replicas/ISR/leader: librdkafka answers
