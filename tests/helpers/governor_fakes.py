@@ -11,7 +11,8 @@ from tidelog.governor.execution import Throttles
 
 class FakeCluster:
     """Brokers, partitions and reassignments in memory. A started move completes after ``rounds``
-    snapshots (copying ``copy_per_round`` bytes each), unless ``stuck``."""
+    snapshots (copying ``copy_per_round`` bytes each), unless ``stuck``. With ``refuse_rates`` the
+    brokers refuse the throttle rate keys as tidelog before replication throttles does (INVALID_CONFIG)."""
 
     def __init__(self, brokers: dict[int, str], partitions: dict[tuple[str, int], tuple[int, ...]], *,
                  size: int = 1000, rounds: int = 1, stuck: bool = False) -> None:
@@ -24,6 +25,7 @@ class FakeCluster:
         self.elected: list[tuple[str, int]] = []
         self.cancelled: list[tuple[str, int]] = []
         self.urp: set[tuple[str, int]] = set()
+        self.refuse_rates = False
 
     async def snapshot(self) -> Snapshot:
         for k, (target, left) in list(self.moving.items()):
@@ -63,9 +65,15 @@ class FakeCluster:
             self.elected.append(k)
         return dict.fromkeys(partitions, "")
 
-    async def apply_throttles(self, rate: int, wanted: Throttles, previous: Throttles) -> None:
+    async def apply_throttles(self, rate: int, wanted: Throttles, previous: Throttles) -> list[str]:
+        if self.refuse_rates:
+            self.throttles = Throttles(wanted.topics, frozenset())
+            self.throttle_history.append(self.throttles)
+            return [f"IncrementalAlterConfigs {b}: INVALID_CONFIG (Unknown config name: leader.replication.throttled.rate)"
+                    for b in sorted(wanted.brokers ^ previous.brokers)]
         self.throttles = wanted
         self.throttle_history.append(wanted)
+        return []
 
 
 class FakeStore:

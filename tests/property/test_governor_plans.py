@@ -3,7 +3,9 @@
 - a plan never breaks a hard goal that held before, and the planner's own bookkeeping agrees with a
   fresh look at the executed (simulated) cluster;
 - draining a broker empties it whenever the other brokers can take its replicas;
-- with many small partitions, executing the plan brings disk usage within the balance threshold.
+- with many small partitions, executing the plan brings disk usage within the balance threshold;
+- replica counts skewed while the disk is even (every single move breaks the disk band) converge by
+  2-for-1 exchanges.
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidelog.governor.goals import DISK, BalanceGoal, Goal, default_goals
+from tidelog.governor.goals import DISK, REPLICAS, BalanceGoal, Goal, default_goals
 from tidelog.governor.model import ClusterModel
 from tidelog.governor.planner import execute_in_simulation, plan
 from tidelog.governor.state import State
-from tidelog.governor.synthetic import synthetic_cluster
+from tidelog.governor.synthetic import small_cluster, synthetic_cluster
 
 clusters = st.builds(
     lambda brokers, racks, partitions, rf, seed, hot, empty: synthetic_cluster(
@@ -70,3 +72,22 @@ def test_disk_balance_reaches_its_threshold_with_many_small_partitions(brokers: 
     goal = BalanceGoal(DISK, 0.10)
     result = plan(model, [goal])
     assert violations(execute_in_simulation(model, result.moves), [goal]) == {"disk-usage": 0}
+
+
+@settings(max_examples=40, deadline=None)
+@given(big=st.integers(2, 12), unit=st.integers(10, 5_000), spread=st.lists(st.floats(-0.03, 0.03), min_size=40,
+                                                                           max_size=40))
+def test_replica_count_converges_by_exchanges_when_disk_is_already_even(big: int, unit: int,
+                                                                        spread: list[float]) -> None:
+    # broker 1: ``big`` replicas of about 2 units, broker 2: twice as many of about 1 unit, so the disk
+    # is even and every single move toward even counts breaks the disk band
+    sizes = iter(spread)
+    parts = ([("big", [1], round(2 * unit * (1 + next(sizes))), 1.0, 1.0) for _ in range(big)]
+             + [("small", [2], round(unit * (1 + next(sizes))), 1.0, 1.0) for _ in range(2 * big)])
+    model = small_cluster([(1, "a"), (2, "b")], parts, disk_capacity=2**40)
+    goals: list[Goal] = [BalanceGoal(DISK, 0.10), BalanceGoal(REPLICAS, 0.10)]
+    before = violations(model, goals)
+    assert before["disk-usage"] == 0
+    result = plan(model, goals)
+    after = violations(execute_in_simulation(model, result.moves), goals)
+    assert after == {"disk-usage": 0, "replica-count": 0}, (before, after)

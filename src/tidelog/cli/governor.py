@@ -179,8 +179,8 @@ def _plan(args: argparse.Namespace) -> int:
         else:
             out.table(["PARTITION", "REPLICAS (LEADER FIRST)"], [(p, ",".join(map(str, r))) for p, r in enumerate(assignment)],
                       title=f"{args.new_topic}: {args.bytes_in:g} B/s in over {args.partitions} partitions")
-            out.note("create it with: tidelog topics create " + args.new_topic + " --replica-assignment "
-                     + ",".join(":".join(map(str, r)) for r in assignment))
+            out.note("create it with Kafka's tool: kafka-topics.sh --bootstrap-server ... --create --topic "
+                     + args.new_topic + " --replica-assignment " + ",".join(":".join(map(str, r)) for r in assignment))
         return 0
     if args.drain:
         model = model.with_excluded({**engine.excluded, **{b: "draining (dry run)" for b in args.drain}})
@@ -265,15 +265,23 @@ async def _follow(engine: Engine, plan_id: str, args: argparse.Namespace) -> int
         out.line(f"plan {plan_id} stored: a running governor service carries it out (tidelog governor status)")
         return 0
     started = time.monotonic()
+    warned = False
     while True:
         await engine.tick()
         status = engine.status()
         plan = status["plan"]
         if plan is None or plan["id"] != plan_id:
             last = status.get("last") or {}
+            if last.get("error"):
+                out.line(f"plan {plan_id} aborted: {last['error']}; {last.get('cancelled', 0)} of "
+                         f"{last.get('moves', 0)} moves not done")
+                return 1
             out.line(f"plan {plan_id} finished: {last.get('moves', 0)} moves, {last.get('cancelled', 0)} cancelled; "
-                     "throttles removed")
+                     + ("throttles removed" if last.get("throttled", True) else "moved unthrottled"))
             return 1 if last.get("cancelled") else 0
+        if status["throttlesRefused"] and not warned:
+            warned = True
+            out.note(f"warning: moving unthrottled, the cluster refuses the throttles: {status['throttlesRefused'][0]}")
         paused = status["control"]
         out.line(f"plan {plan_id}: {plan['done']}/{plan['moves']} done, {plan['inFlight']} in flight, "
                  f"{plan['pending']} pending, {plan['cancelled']} cancelled; {_bytes(plan['bytesDone'])} of "
@@ -344,6 +352,8 @@ def _status(args: argparse.Namespace) -> int:
              f"max disk {health['maxDiskRatio']:.0%}, produce p99 {health['p99Ms'] if health['p99Ms'] is not None else '-'} ms")
     out.line("control: " + (f"PAUSED by {control['pausedBy']}: {control['reason']}" if control["paused"] else "running")
              + f"; drained {control['drained']}")
+    if status["throttlesRefused"]:
+        out.line(f"throttles: refused by the cluster, moving unthrottled ({status['throttlesRefused'][0]})")
     if status["excluded"]:
         out.line("excluded: " + ", ".join(f"{b} ({why})" for b, why in status["excluded"].items()))
     if plan:

@@ -46,7 +46,11 @@ KAFKA_STORAGE_ERROR = 56
 
 
 class ClusterError(Exception):
-    """A cluster call failed; the message names the call and Kafka's error."""
+    """A cluster call failed; the message names the call and Kafka's error (``error``: its name)."""
+
+    def __init__(self, message: str, error: str = "") -> None:
+        super().__init__(message)
+        self.error = error
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,7 @@ async def _wait(future: Future[T], what: str) -> T:
     except KafkaException as exc:
         error = exc.args[0] if exc.args else exc
         name = error.name() if hasattr(error, "name") else str(error)
-        raise ClusterError(f"{what}: {name} ({getattr(error, 'str', lambda: error)()})") from None
+        raise ClusterError(f"{what}: {name} ({getattr(error, 'str', lambda: error)()})", str(name)) from None
 
 
 class Cluster:
@@ -118,7 +122,13 @@ class Cluster:
     # -- librdkafka ---------------------------------------------------------------------------
 
     async def describe(self) -> tuple[dict[int, Broker], int, dict[TopicPartitionKey, PartitionState]]:
-        described = await _wait(self.admin.describe_cluster(request_timeout=self.timeout_s), "DescribeCluster")
+        try:
+            described = await _wait(self.admin.describe_cluster(request_timeout=self.timeout_s), "DescribeCluster")
+        except ClusterError:
+            # librdkafka keeps waiting for the controller its cached metadata names, also once that
+            # broker is dead and another controls the cluster: a new client asks afresh
+            self.admin = AdminClient(self.config)
+            described = await _wait(self.admin.describe_cluster(request_timeout=self.timeout_s), "DescribeCluster")
         brokers = {n.id: Broker(n.id, n.host, n.port, n.rack or None) for n in described.nodes}
         controller = described.controller.id if described.controller is not None else min(brokers, default=-1)
         # topic names from Metadata, then DescribeTopics for replicas/ISR/leader: librdkafka answers
@@ -153,8 +163,12 @@ class Cluster:
             out[(tp.topic, tp.partition)] = name
         return out
 
-    async def apply_throttles(self, rate: int, wanted: Throttles, previous: Throttles) -> None:
-        """Set the replica lists of ``wanted`` and ``rate`` on its brokers; remove what only ``previous`` had."""
+    async def apply_throttles(self, rate: int, wanted: Throttles, previous: Throttles) -> list[str]:
+        """Set the replica lists of ``wanted`` and ``rate`` on its brokers; remove what only ``previous`` had.
+
+        A resource the cluster refuses with INVALID_CONFIG (a cluster that does not know the throttle
+        keys: tidelog before replication throttles answers "Unknown config name") is skipped and its
+        error returned, the others are still applied; any other failure raises ``ClusterError``."""
         resources = []
         for topic, configs in wanted.topics.items():
             entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()]
@@ -176,10 +190,17 @@ class Cluster:
         topics = [r for r in resources if r.restype == ResourceType.TOPIC]
         batches = ([topics] if topics else []) + [[r] for r in resources if r.restype == ResourceType.BROKER
                                                   and int(r.name) in self._brokers]
+        refused = []
         for batch in batches:
             futures = self.admin.incremental_alter_configs(batch, request_timeout=self.timeout_s)
             for resource, future in futures.items():
-                await _wait(future, f"IncrementalAlterConfigs {resource.name}")
+                try:
+                    await _wait(future, f"IncrementalAlterConfigs {resource.name}")
+                except ClusterError as exc:
+                    if exc.error != "INVALID_CONFIG":
+                        raise
+                    refused.append(str(exc))
+        return refused
 
     async def describe_configs(self, resource: ConfigResource) -> dict[str, str]:
         futures = self.admin.describe_configs([resource], request_timeout=self.timeout_s)

@@ -8,6 +8,7 @@
 | ``governor.interval.ms`` | 10000 | one observe/heal/execute round |
 | ``governor.state.topic`` | __tidelog_governor | compacted topic holding plan and control |
 | ``governor.throttle.bytes.per.second`` | 52428800 | ``leader/follower.replication.throttled.rate`` while moving |
+| ``governor.throttle.required`` | false | a cluster refusing the throttle keys: false moves unthrottled (warned), true aborts the plan |
 | ``governor.moves.per.broker`` / ``governor.moves.max`` | 2 / 20 | partitions in flight per broker / in all |
 | ``governor.move.stall.ms`` | 600000 | a move with no progress for this long is cancelled |
 | ``governor.broker.dead.grace.ms`` | 300000 | a missing broker is healed around after this long |
@@ -51,6 +52,7 @@ class GovernorConfig:
     interval_s: float = 10.0
     state_topic: str = "__tidelog_governor"
     throttle: int = 50 * 2**20
+    throttle_required: bool = False
     limits: Limits = field(default_factory=Limits)
     grace_ms: int = 300_000
     self_healing: bool = True
@@ -135,6 +137,7 @@ def parse_config(props: Mapping[str, str]) -> GovernorConfig:
         interval_s=_num(props, "governor.interval.ms", 10_000, 100) / 1000,
         state_topic=props.get("governor.state.topic", "__tidelog_governor"),
         throttle=int(_num(props, "governor.throttle.bytes.per.second", 50 * 2**20, 0)), limits=limits,
+        throttle_required=_bool(props, "governor.throttle.required", False),
         grace_ms=int(_num(props, "governor.broker.dead.grace.ms", 300_000, 0)),
         self_healing=_bool(props, "governor.self.healing", True), auto_balance=_bool(props, "governor.auto.balance", False),
         disk_threshold=_num(props, "governor.goal.disk.capacity.threshold", 0.8, 0.01, 1),

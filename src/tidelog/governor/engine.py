@@ -251,7 +251,12 @@ class Engine:
                                                          limits.stall_ms), leaders)
         if not start:
             return
-        await self._throttle(throttles([*flying, *start]))
+        unthrottled = await self._throttle(throttles([*flying, *start]))
+        if unthrottled and self.config.throttle_required:
+            await self._abort(stored, done, flying, cancelled,
+                              f"the cluster refuses the replication throttles ({unthrottled[0]}) and "
+                              "governor.throttle.required=true: no move runs unthrottled")
+            return
         errors = await self.cluster.alter_reassignments({key(m): m.after for m in start})
         refused = [(k, e) for k, e in errors.items() if e]
         for k, e in refused:
@@ -272,14 +277,22 @@ class Engine:
             out[key(m)] = total
         return out
 
-    async def _throttle(self, wanted: Throttles) -> None:
+    async def _throttle(self, wanted: Throttles) -> list[str]:
+        """Make the cluster's throttles ``wanted``; what the cluster refused (INVALID_CONFIG: it does not
+        know the keys), kept in the ``throttles`` record so that later rounds still know."""
         recorded = self.stored.get("throttles") or {}
         previous = Throttles(recorded.get("topics", {}), frozenset(recorded.get("brokers", [])))
         if wanted == previous:
-            return
-        await self.cluster.apply_throttles(int(self.stored.get("plan", {}).get("throttle", self.config.throttle)),
-                                           wanted, previous)
-        await self.write("throttles", {"topics": wanted.topics, "brokers": sorted(wanted.brokers)})
+            return list(recorded.get("refused", []))
+        refused = await self.cluster.apply_throttles(
+            int(self.stored.get("plan", {}).get("throttle", self.config.throttle)), wanted, previous)
+        if refused and not recorded.get("refused") and not self.config.throttle_required:
+            self.event("throttle", f"the cluster refuses the replication throttles ({refused[0]}): moving "
+                       "unthrottled, bounded by governor.moves.per.broker and watched by the circuit breaker")
+        refused = sorted({*recorded.get("refused", []), *refused})
+        await self.write("throttles", {"topics": wanted.topics, "brokers": sorted(wanted.brokers),
+                                       **({"refused": refused} if refused else {})})
+        return refused
 
     async def _cancel(self, moves: Sequence[PartitionMove], reason: str) -> None:
         errors = await self.cluster.alter_reassignments({key(m): None for m in moves})
@@ -304,15 +317,30 @@ class Engine:
         self.event("elect", f"preferred leaders elected for {len(wanted) - len(failed)} partitions"
                    + (f"; refused: {failed}" if failed else ""))
 
-    async def _finish(self, stored: dict[str, Any], done: Sequence[PartitionMove], cancelled: set[tuple[str, int]]) -> None:
-        await self._throttle(Throttles({}, frozenset()))
+    async def _finish(self, stored: dict[str, Any], done: Sequence[PartitionMove], cancelled: set[tuple[str, int]],
+                      error: str = "") -> None:
+        refused = await self._throttle(Throttles({}, frozenset()))
+        await self.write("throttles", None)
         summary = {"id": stored["id"], "reason": stored.get("reason", ""), "finishedMs": self.now_ms(),
-                   "moves": len(stored["moves"]), "cancelled": len(cancelled)}
+                   "moves": len(stored["moves"]), "cancelled": len(cancelled), "throttled": not refused,
+                   **({"error": error} if error else {})}
         await self.write("last", summary)
         await self.write("plan", None)
         self._progress.clear()
+        if error:
+            self.event("abort", f"plan {stored['id']} aborted: {error}")
+            return
         self.event("done", f"plan {stored['id']} finished: {len(done) - len(cancelled)} moves done, "
-                   f"{len(cancelled)} cancelled; throttles removed")
+                   f"{len(cancelled)} cancelled; " + ("throttles removed" if not refused else "moved unthrottled"))
+
+    async def _abort(self, stored: dict[str, Any], done: Sequence[PartitionMove], flying: Sequence[PartitionMove],
+                     cancelled: set[tuple[str, int]], error: str) -> None:
+        """End the plan now: in-flight moves cancelled (the cluster restores their replicas), the
+        pending ones dropped, the reason kept in ``last``."""
+        if flying:
+            await self._cancel(flying, error)
+        pending = {key(m) for m in self.current_moves()} - {key(m) for m in done}
+        await self._finish(self.stored["plan"], done, cancelled | pending, error)
 
     # -- what the API and ``status`` show ------------------------------------------------------------
 
@@ -322,7 +350,8 @@ class Engine:
         out: dict[str, Any] = {"rounds": self.rounds, "control": self.control, "verdict": {
             "action": self.verdict.action, "reasons": list(self.verdict.reasons)}, "health": self.health.to_json(),
             "excluded": {str(b): why for b, why in self.excluded.items()}, "last": self.stored.get("last"),
-            "reassignmentSupported": self.reassignment_supported, "plan": None}
+            "reassignmentSupported": self.reassignment_supported, "plan": None,
+            "throttlesRefused": list((self.stored.get("throttles") or {}).get("refused", []))}
         if snap is not None:
             out["cluster"] = {"brokers": sorted(snap.brokers), "controller": snap.controller,
                               "partitions": len(snap.partitions), "reassigning": len(snap.reassigning)}

@@ -9,13 +9,21 @@ over a ``State``:
   the verdict of the higher goals; a goal yields only moves they allow (filtering while choosing a
   destination, rather than after, is what keeps a 100,000-partition plan fast);
 - ``accepts(s, move)``: False when the move would make this goal worse. ``allowed`` for goal k is
-  "goals 0..k-1 all accept": lower goals never undo higher ones.
+  "goals 0..k-1 all accept": lower goals never undo higher ones. ``accepts_all(s, moves)`` judges an
+  ``Exchange`` (replica moves of distinct partitions applied together) by their sum: a goal whose
+  verdict is per partition (racks, pools, excluded brokers) checks each move, a goal of per-broker
+  totals (capacities, balance) the net change of each broker.
 
 Hard goals (the plan fails if they cannot be met): excluded brokers emptied (dead, draining, offline
 log dir), rack awareness (no rack holds more than ceil(RF / racks) replicas of a partition), tenant
 pools (a tenant's topics only on its brokers), replica capacity, disk capacity. Tenant pools are hard
 and sit with the placement constraints, above the balance goals: as the lowest goal they could never
 move a replica back into its pool without unbalancing a higher goal.
+
+Exchanges: a count goal (replica count) whose single moves the bytes goals above it refuse (the
+under-loaded broker is at the top of its disk or network-in band) proposes 2-for-1 exchanges: two
+small replicas from the over-loaded broker, one replica from the under-loaded broker back whose
+bytes are the nearest to their sum, so the counts move by one and the bytes barely.
 
 Soft goals keep each broker's level within ``[mean * (1 - t), mean * (1 + t)]`` (counts round the
 bounds outwards): disk usage (ratio of capacity), network in, network out, replica count, leader
@@ -26,13 +34,16 @@ another; ``amount`` depends on the replica's role (leader or follower), see ``Me
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import combinations
 
 from tidelog.governor.model import NO_TENANT
-from tidelog.governor.state import LeaderMove, Move, ReplicaMove, State
+from tidelog.governor.state import Exchange, LeaderMove, Move, ReplicaMove, State
 
-Allowed = Callable[[Move], bool]
+Proposal = Move | Exchange
+Allowed = Callable[[Proposal], bool]
 
 
 class Goal:
@@ -48,11 +59,29 @@ class Goal:
     def score(self, s: State) -> float:
         return float(self.violations(s))
 
-    def propose(self, s: State, allowed: Allowed) -> Iterator[Move]:
+    def propose(self, s: State, allowed: Allowed) -> Iterator[Proposal]:
         raise NotImplementedError
 
     def accepts(self, s: State, move: Move) -> bool:
         return True
+
+    def propose_exchanges(self, s: State, allowed: Allowed) -> Iterator[Proposal]:
+        """Exchanges, tried once single moves are exhausted (none by default)."""
+        return iter(())
+
+    def accepts_all(self, s: State, moves: tuple[ReplicaMove, ...]) -> bool:
+        """An exchange: right for goals judged per partition (the moves touch distinct partitions)."""
+        return all(self.accepts(s, m) for m in moves)
+
+
+def net_change(moves: tuple[ReplicaMove, ...], amount: Callable[[ReplicaMove], float]) -> dict[int, float]:
+    """Broker -> what an exchange adds to it (negative: takes away)."""
+    out: dict[int, float] = {}
+    for m in moves:
+        value = amount(m)
+        out[m.source] = out.get(m.source, 0.0) - value
+        out[m.destination] = out.get(m.destination, 0.0) + value
+    return out
 
 
 def _by_disk_ratio(s: State, brokers: list[int]) -> list[int]:
@@ -200,6 +229,10 @@ class ReplicaCapacityGoal(Goal):
         return isinstance(move, LeaderMove) or s.replica_count[move.destination] + 1 <= max(
             self.max_replicas, s.replica_count[move.destination])
 
+    def accepts_all(self, s: State, moves: tuple[ReplicaMove, ...]) -> bool:
+        return all(s.replica_count[b] + delta <= max(self.max_replicas, s.replica_count[b])
+                   for b, delta in net_change(moves, lambda m: 1.0).items() if delta > 0)
+
 
 @dataclass
 class DiskCapacityGoal(Goal):
@@ -237,6 +270,10 @@ class DiskCapacityGoal(Goal):
         d = move.destination
         return s.disk[d] + s.model.size[move.partition] <= max(self._limit(s, d), s.disk[d])
 
+    def accepts_all(self, s: State, moves: tuple[ReplicaMove, ...]) -> bool:
+        return all(s.disk[b] + delta <= max(self._limit(s, b), s.disk[b])
+                   for b, delta in net_change(moves, lambda m: float(s.model.size[m.partition])).items() if delta > 0)
+
 
 # ----------------------------------------------------------------------------------- balance goals
 
@@ -252,6 +289,7 @@ class Metric:
     leader_amount: Amount | None      # None: leadership does not change this metric
     by_capacity: bool = False         # level = load / disk capacity
     integral: bool = False
+    exchanges: bool = False           # also 2-for-1 exchanges (a count of replicas)
 
 
 def _if_leader(value: Callable[[State, int], float]) -> Amount:
@@ -262,7 +300,7 @@ DISK = Metric("disk-usage", lambda s: s.disk, lambda s, p, b: float(s.model.size
 NETWORK_IN = Metric("network-in", lambda s: s.nw_in, lambda s, p, b: s.model.bytes_in[p], None)
 NETWORK_OUT = Metric("network-out", lambda s: s.nw_out, _if_leader(State.leader_out),
                      lambda s, p, b: s.leader_out(p))
-REPLICAS = Metric("replica-count", lambda s: s.replica_count, lambda s, p, b: 1.0, None, integral=True)
+REPLICAS = Metric("replica-count", lambda s: s.replica_count, lambda s, p, b: 1.0, None, integral=True, exchanges=True)
 LEADERS = Metric("leader-count", lambda s: s.leader_count, None, lambda s, p, b: 1.0, integral=True)
 LEADER_IN = Metric("leader-bytes-in", lambda s: s.leader_in, None, lambda s, p, b: s.model.bytes_in[p])
 
@@ -337,6 +375,16 @@ class BalanceGoal(Goal):
         new_src = self.level(s, src) - amount / self.capacity(s, src)
         return new_dst <= hi and (new_src >= lo or not s.usable(src))
 
+    def accepts_all(self, s: State, moves: tuple[ReplicaMove, ...]) -> bool:
+        """Every broker the exchange adds to stays under the upper bound, every one it takes from over
+        the lower bound (the rule of ``accepts`` on the net change)."""
+        lo, hi = self.bounds(s)
+        for b, delta in net_change(moves, lambda m: self._amount(s, m)).items():
+            level = self.level(s, b) + delta / self.capacity(s, b)
+            if (delta > 0 and level > hi) or (delta < 0 and level < lo and s.usable(b)):
+                return False
+        return True
+
     def _candidates(self, s: State, b: int) -> list[tuple[float, int, bool]]:
         """(amount, partition, is-leader-move) of what broker ``b`` could hand over, largest first."""
         out: list[tuple[float, int, bool]] = []
@@ -351,7 +399,7 @@ class BalanceGoal(Goal):
         out.sort(key=lambda c: (-c[0], not c[2], size[c[1]], c[1]))
         return out
 
-    def propose(self, s: State, allowed: Allowed) -> Iterator[Move]:
+    def propose(self, s: State, allowed: Allowed) -> Iterator[Proposal]:
         lo, hi = self.bounds(s)
         level = self._levels(s)
         usable = [b for b in s.brokers() if s.usable(b)]
@@ -371,6 +419,52 @@ class BalanceGoal(Goal):
                 if level(d) >= lo or level(b) <= level(d):
                     break
                 yield from self._shed(s, b, [d], lo, hi, candidates, allowed, lambda d=d: level(d) >= lo)  # type: ignore[misc]
+
+    def propose_exchanges(self, s: State, allowed: Allowed) -> Iterator[Proposal]:
+        if not self.metric.exchanges:
+            return
+        lo, hi = self.bounds(s)
+        yield from self._exchanges(s, [b for b in s.brokers() if s.usable(b)], lo, hi, allowed)
+
+    def _exchanges(self, s: State, usable: list[int], lo: float, hi: float, allowed: Allowed) -> Iterator[Proposal]:
+        """2-for-1 exchanges between an over-loaded broker ``b`` and an under-loaded ``d`` (or one
+        outside the band on either side): ``p1``, ``p2`` from ``b`` to ``d`` (among ``b``'s smallest),
+        ``q`` from ``d`` to ``b`` with the size nearest to theirs. Each pair of brokers is given
+        ``EXCHANGES_TRIED`` candidates; each broker's candidates are sorted once per pass."""
+        level, size, bytes_in = self._levels(s), s.model.size, s.model.bytes_in
+        smallest: dict[int, list[int]] = {}
+        by_size: dict[int, list[tuple[int, int]]] = {}
+        for b in sorted(usable, key=lambda b: -level(b)):
+            if level(b) - 1 < lo:
+                break
+            for d in sorted(usable, key=level):
+                if level(d) + 1 > hi or level(b) - level(d) < 2 or (level(b) <= hi and level(d) >= lo):
+                    break
+                if b not in smallest:
+                    smallest[b] = sorted(s.on_broker[b], key=lambda p: (size[p], p))[:4 * EXCHANGES_TRIED]
+                if d not in by_size:
+                    by_size[d] = sorted((size[q], q) for q in s.on_broker[d])
+                small = [p for p in smallest[b] if p in s.on_broker[b] and d not in s.replicas[p]][:8]
+                back = by_size[d]
+                tried = 0
+                for p1, p2 in combinations(small, 2):
+                    if tried >= EXCHANGES_TRIED or level(b) - level(d) < 2 or (level(b) <= hi and level(d) >= lo):
+                        break
+                    if p1 not in s.on_broker[b] or p2 not in s.on_broker[b]:
+                        continue
+                    want_size, want_in = size[p1] + size[p2], bytes_in[p1] + bytes_in[p2]
+                    i = bisect_left(back, (want_size, -1))
+                    # nearest in size, then in network in (the two bytes goals above judge both)
+                    nearest = sorted(back[max(0, i - 8):i + 8], key=lambda c: (
+                        abs(c[0] - want_size) / max(want_size, 1) + abs(bytes_in[c[1]] - want_in) / max(want_in, 1e-9)))
+                    for _size, q in nearest:
+                        if q not in s.on_broker[d] or b in s.replicas[q] or d in s.replicas[p1] or d in s.replicas[p2]:
+                            continue
+                        tried += 1
+                        exchange = Exchange((ReplicaMove(p1, b, d), ReplicaMove(p2, b, d), ReplicaMove(q, d, b)))
+                        if allowed(exchange):
+                            yield exchange
+                            break
 
     def _pull_leadership(self, s: State, d: int, lo: float, hi: float, allowed: Allowed) -> Iterator[Move]:
         """Leader moves onto an under-loaded broker ``d`` from the leaders of partitions it follows."""
@@ -429,6 +523,7 @@ class BalanceGoal(Goal):
 
 
 DESTINATIONS_TRIED = 40
+EXCHANGES_TRIED = 12
 
 
 def default_goals(*, disk_threshold: float = 0.8, max_replicas: int = 10_000, balance_threshold: float = 0.10,

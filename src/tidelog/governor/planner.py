@@ -1,7 +1,8 @@
 """The planner: goals in priority order over one working ``State``; the result is a ``Plan``.
 
-For goal k, the planner asks it for candidate moves and applies each one that goals 0..k-1 all
-accept (so a lower goal never undoes a higher one), repeating passes until the goal is met, a pass
+For goal k, the planner asks it for candidate moves (single replica or leader moves, or exchanges:
+several replica moves judged by their sum) and applies each one that goals 0..k-1 all accept (so a
+lower goal never undoes a higher one), repeating passes until the goal is met, a pass
 applies nothing, or ``max_passes`` is reached. A hard goal left unmet is reported in
 ``Plan.unmet_hard`` and the plan must not be executed (``Plan.ok``).
 
@@ -13,12 +14,12 @@ where the plan wants it). A move is leader-only when the replica set is unchange
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from tidelog.governor.goals import Goal
+from tidelog.governor.goals import Allowed, Goal, Proposal
 from tidelog.governor.model import ClusterModel
-from tidelog.governor.state import Move, ReplicaMove, State
+from tidelog.governor.state import Exchange, ReplicaMove, State
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,47 +123,57 @@ class _PassExhausted(Exception):
     """Raised through a goal's generator when higher goals refused too many candidates in a row."""
 
 
+def _passes(s: State, goal: Goal, source: Callable[[State, Allowed], Iterator[Proposal]], prior: Sequence[Goal],
+            counts: list[int], max_passes: int, max_refusals: int) -> None:
+    """Apply what ``source`` proposes and ``prior`` allows, pass after pass, until the goal is met or a
+    pass applies nothing; ``counts`` (replica moves, leader moves) is added to."""
+    for _ in range(max_passes):
+        if goal.violations(s) == 0:
+            return
+        applied = 0
+        refusals = 0
+
+        def allowed(move: Proposal) -> bool:
+            nonlocal refusals
+            if all(h.accepts_all(s, move.moves) if isinstance(move, Exchange) else h.accepts(s, move) for h in prior):
+                refusals = 0
+                return True
+            refusals += 1
+            if refusals >= max_refusals:
+                raise _PassExhausted
+            return False
+
+        try:
+            for move in source(s, allowed):
+                applied += 1
+                if isinstance(move, Exchange):
+                    s.apply_exchange(move)
+                    counts[0] += len(move.moves)
+                else:
+                    s.apply(move)
+                    counts[0 if isinstance(move, ReplicaMove) else 1] += 1
+        except _PassExhausted:
+            pass
+        if applied == 0:
+            return
+
+
 def plan(model: ClusterModel, goals: Sequence[Goal], *, max_passes: int = 6, max_refusals: int = 3_000) -> Plan:
     """``max_refusals``: a pass of a goal ends after that many candidate moves in a row were refused by
     higher goals (the goal is then as good as single moves under the higher goals make it)."""
     started = time.perf_counter()
     s = State(model)
     before = _scores(goals, s)
-    replica_moves = leader_moves = 0
+    counts = [0, 0]  # replica moves, leader moves
     for k, goal in enumerate(goals):
         goal.prepare(s)
-        prior = goals[:k]
-        for _ in range(max_passes):
-            if goal.violations(s) == 0:
-                break
-            applied = 0
-            refusals = [0]
-
-            def allowed(move: Move, prior: Sequence[Goal] = prior, refusals: list[int] = refusals) -> bool:
-                if all(h.accepts(s, move) for h in prior):
-                    refusals[0] = 0
-                    return True
-                refusals[0] += 1
-                if refusals[0] >= max_refusals:
-                    raise _PassExhausted
-                return False
-
-            try:
-                for move in goal.propose(s, allowed):
-                    s.apply(move)
-                    applied += 1
-                    if isinstance(move, ReplicaMove):
-                        replica_moves += 1
-                    else:
-                        leader_moves += 1
-            except _PassExhausted:
-                pass
-            if applied == 0:
-                break
+        # single moves first, then (for the goals that have them) exchanges, each with passes of its own
+        for source in (goal.propose, goal.propose_exchanges):
+            _passes(s, goal, source, goals[:k], counts, max_passes, max_refusals)
     after = _scores(goals, s)
     reports = tuple(GoalReport(g.name, g.hard, b[0], a[0], b[1], a[1]) for g, b, a in zip(goals, before, after, strict=True))
     unmet = tuple(r.name for r in reports if r.hard and r.violations_after > 0)
-    return Plan(_collapse(model, s), reports, replica_moves, leader_moves, time.perf_counter() - started, unmet)
+    return Plan(_collapse(model, s), reports, counts[0], counts[1], time.perf_counter() - started, unmet)
 
 
 def _collapse(model: ClusterModel, s: State) -> tuple[PartitionMove, ...]:

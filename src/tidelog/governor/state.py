@@ -11,6 +11,8 @@ Load each replica puts on its broker (per second, from the partition's client tr
 A replica move keeps the moved replica's position in the list; if it was the leader, the new replica
 becomes leader (Kafka elects the first live in-sync replica of the new assignment, which is it once
 the move completes). A leader move swaps the new leader to the front (the preferred position).
+An ``Exchange`` is replica moves of distinct partitions applied together (the balance goals' 2-for-1
+swaps): the planner asks the higher goals about their sum, not about each step.
 """
 
 from __future__ import annotations
@@ -32,6 +34,13 @@ class LeaderMove:
     partition: int
     source: int
     destination: int
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """Replica moves of distinct partitions, judged and applied as one."""
+
+    moves: tuple[ReplicaMove, ...]
 
 
 Move = ReplicaMove | LeaderMove
@@ -109,6 +118,12 @@ class State:
             self.leader[p] = dst
             self._add_leader(p, dst, rf)
             self.replicas[p] = (dst, *(b for b in replicas if b != dst))
+
+    def apply_exchange(self, exchange: Exchange) -> None:
+        if len({m.partition for m in exchange.moves}) != len(exchange.moves):
+            raise ValueError("an exchange moves distinct partitions")
+        for m in exchange.moves:
+            self.apply(m)
 
     def to_model(self) -> ClusterModel:
         return self.model.with_placement(self.replicas, self.leader)

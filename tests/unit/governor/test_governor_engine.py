@@ -47,6 +47,35 @@ def test_engine_executes_a_balancing_plan_with_throttles_and_removes_them_at_the
     assert max(len(t.brokers) for t in cluster.throttle_history) > 0
 
 
+def test_a_cluster_refusing_the_throttle_rates_gets_its_moves_unthrottled_with_a_warning() -> None:
+    cluster, store = skewed(), FakeStore()
+    cluster.refuse_rates = True
+    e = engine(cluster, store, **{"governor.auto.balance": "true"})
+    run(e, 2)
+    assert cluster.moving  # moves started all the same
+    assert e.status()["throttlesRefused"][0].endswith("(Unknown config name: leader.replication.throttled.rate)")
+    warnings = [ev for ev in e.events if ev["kind"] == "throttle"]
+    assert len(warnings) == 1 and "moving unthrottled" in warnings[0]["message"]
+    run(e, 12)
+    assert "plan" not in store.records and "throttles" not in store.records
+    assert store.records["last"]["cancelled"] == 0 and store.records["last"]["throttled"] is False
+    assert [ev for ev in e.events if ev["kind"] == "throttle"] == warnings  # warned once per plan
+    counts = {b: sum(b in p.replicas for p in cluster.partitions.values()) for b in (1, 2, 3, 4)}
+    assert counts == {1: 2, 2: 2, 3: 2, 4: 2}
+
+
+def test_a_cluster_refusing_the_throttle_rates_aborts_the_plan_when_throttles_are_required() -> None:
+    cluster, store = skewed(), FakeStore()
+    cluster.refuse_rates = True
+    e = engine(cluster, store, **{"governor.auto.balance": "true", "governor.throttle.required": "true"})
+    run(e, 2)
+    assert not cluster.moving and cluster.partitions == skewed().partitions  # nothing moved
+    last = store.records["last"]
+    assert "plan" not in store.records and last["cancelled"] == last["moves"] > 0
+    assert "refuses the replication throttles" in last["error"] and "governor.throttle.required=true" in last["error"]
+    assert [ev["kind"] for ev in e.events][-1] == "abort"
+
+
 def test_engine_keeps_moves_in_flight_within_the_bounds() -> None:
     cluster, store = skewed(), FakeStore()
     cluster.rounds = 3

@@ -3,6 +3,8 @@ result holds once executed (simulated); lower goals never undo higher ones."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tidelog.governor.goals import (
@@ -23,7 +25,7 @@ from tidelog.governor.goals import (
 )
 from tidelog.governor.model import ClusterModel
 from tidelog.governor.planner import execute_in_simulation, plan
-from tidelog.governor.state import LeaderMove, ReplicaMove, State
+from tidelog.governor.state import Exchange, LeaderMove, ReplicaMove, State
 from tidelog.governor.synthetic import small_cluster
 
 SIX = [(1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "c"), (6, "c")]
@@ -158,3 +160,52 @@ def test_plan_reports_scores_before_and_after_for_every_goal() -> None:
     assert names[:5] == ["excluded-brokers", "rack-awareness", "tenant-pools", "replica-capacity", "disk-capacity"]
     disk = next(g for g in result.goals if g.name == "disk-usage")
     assert disk.violations_before > 0 and disk.violations_after == 0 and disk.score_after < disk.score_before
+
+
+def counts_tight_on_bytes() -> ClusterModel:
+    # disk even (400 each), replicas 4 against 8: a single small replica onto broker 1 overfills its
+    # disk band (450 > 440); two small ones for one big one moves the counts and no bytes
+    parts = [("big", [1], 100, 1.0, 1.0)] * 4 + [("small", [2], 50, 1.0, 1.0)] * 8
+    return small_cluster([(1, "a"), (2, "b")], parts, disk_capacity=10_000)
+
+
+def test_replica_count_converges_by_exchanges_when_the_disk_band_refuses_single_moves() -> None:
+    model = counts_tight_on_bytes()
+    goals: list[Goal] = [BalanceGoal(DISK, 0.10), BalanceGoal(REPLICAS, 0.10)]
+    assert violations_after(model, goals) == {"disk-usage": 0, "replica-count": 0}
+    result = plan(model, goals)
+    assert result.replica_moves == 3 and result.bytes_to_copy == 200  # one exchange: 2 small over, 1 big back
+    assert {m.topic for m in result.moves if m.after == (1,)} == {"small"}
+    assert {m.topic for m in result.moves if m.after == (2,)} == {"big"}
+
+
+def test_without_exchanges_the_replica_count_goal_stays_unmet() -> None:
+    single_moves_only = BalanceGoal(dataclasses.replace(REPLICAS, exchanges=False), 0.10)
+    assert violations_after(counts_tight_on_bytes(), [BalanceGoal(DISK, 0.10), single_moves_only])["replica-count"] > 0
+
+
+def test_an_exchange_is_judged_by_its_net_change() -> None:
+    s = State(counts_tight_on_bytes())
+    disk = BalanceGoal(DISK, 0.10)
+    disk.prepare(s)
+    small, big = 4, 0  # partition indexes: big-0 on broker index 0, small-0 on broker index 1
+    assert not disk.accepts(s, ReplicaMove(small, 1, 0))  # alone: broker 1's disk above its band
+    exchange = (ReplicaMove(small, 1, 0), ReplicaMove(small + 1, 1, 0), ReplicaMove(big, 0, 1))
+    assert disk.accepts_all(s, exchange)
+    assert not disk.accepts_all(s, exchange[:2])
+    capacity = DiskCapacityGoal(threshold=0.0405)  # 405 bytes of 10,000: +100 -100 fits, +100 alone does not
+    assert capacity.accepts_all(s, exchange) and not capacity.accepts_all(s, exchange[:2])
+    s.apply_exchange(Exchange(exchange))
+    assert s.replica_count == [5, 7] and s.disk == [400.0, 400.0]
+    with pytest.raises(ValueError):
+        s.apply_exchange(Exchange((ReplicaMove(small + 2, 1, 0), ReplicaMove(small + 2, 0, 1))))
+
+
+def test_an_exchange_never_breaks_rack_awareness() -> None:
+    # the small replicas could only go to broker 3, on broker 1's rack: the exchange is refused
+    parts = [("big", [1, 2], 100, 1.0, 1.0)] * 4 + [("small", [3, 2], 50, 1.0, 1.0)] * 8
+    model = small_cluster([(1, "a"), (2, "b"), (3, "a")], parts, disk_capacity=10_000)
+    goals: list[Goal] = [RackAwareGoal(), BalanceGoal(DISK, 0.10), BalanceGoal(REPLICAS, 0.10)]
+    result = plan(model, goals)
+    final = State(execute_in_simulation(model, result.moves))
+    assert RackAwareGoal().violations(final) == 0
