@@ -308,6 +308,10 @@ class TopicAdmin:
                 await asyncio.sleep(0.02 * attempt)  # the watch brings the change that won
             except MetadataStoreUnavailable as exc:
                 raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"The cluster metadata could not be written: {exc}") from exc
+            except OSError as exc:  # the local metadata file could not be written (a full disk); nothing changed
+                log.error("the cluster metadata could not be written: %s", exc)
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                 f"The cluster metadata could not be written: {exc.strerror or exc}") from exc
         self.config.load_dynamic(stored, self.node_id)
         for topic in self.store.image.topics.values():
             self.apply_log_configs(topic)

@@ -1,4 +1,5 @@
-"""Creating a topic when the metadata disk is full: Kafka's error, no stray file, the broker serving on.
+"""Creating a topic (or changing broker configs or SCRAM users) when the metadata disk is full: Kafka's
+error, no stray file, the broker serving on.
 
 The broker's log dir (which holds ``__cluster_metadata.json``) is a small tmpfs mounted for the test
 (needs root or CAP_SYS_ADMIN; skipped otherwise), filled to the last byte. Before the fix the client saw
@@ -14,7 +15,16 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 from kio.schema.metadata.v4.request import MetadataRequest
 
 from helpers.broker_process import BrokerProcess, register_failure_report
@@ -74,6 +84,15 @@ def test_creating_a_topic_on_a_full_metadata_disk_answers_kafka_storage_error_an
                 started = time.perf_counter()
                 other.call(MetadataRequest(topics=None, allow_auto_topic_creation=False))
                 metadata_ms.append((time.perf_counter() - started) * 1000)
+            # Broker configs and SCRAM credentials live in the same file: refused the same way, nothing dropped.
+            config = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+                ConfigEntry("log.retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+            with pytest.raises(KafkaException) as config_refused:
+                admin.incremental_alter_configs([config])[config].result(15)
+            upsert = UserScramCredentialUpsertion("alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"pw")
+            with pytest.raises(KafkaException) as scram_refused:
+                admin.alter_user_scram_credentials([upsert])["alice"].result(15)
+            errors += [config_refused.value.args[0], scram_refused.value.args[0]]
         print(f"\nfull metadata disk: {[e.name() for e in errors]}; another client's Metadata took at most "
               f"{max(metadata_ms):.1f} ms; broker peak RSS {rss_before / MIB:.0f} -> {peak_rss(broker.pid) / MIB:.0f} MiB")
         assert all(e.code() == KafkaError.KAFKA_STORAGE_ERROR for e in errors), errors

@@ -34,6 +34,8 @@ from tidelog.broker.authz import Op, acl_entry, authorize_cluster
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.errors import ErrorCode
+from tidelog.metadata.errors import MetadataStoreUnavailable, StaleMetadataError
+from tidelog.metadata.image import ClusterImage
 from tidelog.observability.logs import OncePerInterval
 from tidelog.protocol.headers import RequestHeader
 from tidelog.protocol.sasl import (
@@ -247,21 +249,24 @@ async def create_acls(ctx: BrokerContext, conn: ConnectionInfo, header: RequestH
         return every(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
     if not authorize_cluster(ctx, conn, Op.ALTER):
         return every(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, NOT_AUTHORIZED)
-    results = []
+    outcomes: list[tuple[ErrorCode, str | None]] = []
     added = []
     for creation in request.creations:
         binding = _binding(creation)
         problem = binding if isinstance(binding, str) else binding_problem(binding)
         if problem is not None:
-            results.append(result(ErrorCode.INVALID_REQUEST, problem))
+            outcomes.append((ErrorCode.INVALID_REQUEST, problem))
             continue
         assert isinstance(binding, AclBinding)
         added.append(acl_entry(binding))
-        results.append(result(ErrorCode.NONE))
+        outcomes.append((ErrorCode.NONE, None))
     if added:
-        await ctx.store.commit(ctx.image.with_acls(ctx.image.acls + tuple(added)))
-        log.info("%s added %d ACL(s)", conn.principal, len(added))
-    return b.make("CreateAclsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
+        failed = await _committed(ctx, ctx.image.with_acls(ctx.image.acls + tuple(added)))
+        if failed[0] is ErrorCode.NONE:
+            log.info("%s added %d ACL(s)", conn.principal, len(added))
+        else:
+            outcomes = [failed if error is ErrorCode.NONE else (error, message) for error, message in outcomes]
+    return b.make("CreateAclsResponse", throttle_time=NO_THROTTLE, results=tuple(result(*o) for o in outcomes))
 
 
 async def describe_acls(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
@@ -321,9 +326,25 @@ async def delete_acls(ctx: BrokerContext, conn: ConnectionInfo, header: RequestH
         remaining = [binding for binding in remaining if not flt.matches(binding)]
         results.append(filter_result(ErrorCode.NONE, None, tuple(_matching(b, d) for d in deleted)))
     if len(remaining) != len(gate.current().bindings):
-        await ctx.store.commit(ctx.image.with_acls(tuple(acl_entry(binding) for binding in remaining)))
+        failed = await _committed(ctx, ctx.image.with_acls(tuple(acl_entry(binding) for binding in remaining)))
+        if failed[0] is not ErrorCode.NONE:
+            return every(*failed)
         log.info("%s deleted %d ACL(s)", conn.principal, len(gate.current().bindings) - len(remaining))
     return b.make("DeleteAclsResponse", throttle_time=NO_THROTTLE, filter_results=tuple(results))
+
+
+async def _committed(ctx: BrokerContext, image: ClusterImage) -> tuple[ErrorCode, str | None]:
+    """Write ``image``; the error to answer when it could not be (nothing was changed then)."""
+    try:
+        await ctx.store.commit(image)
+    except OSError as exc:  # the local metadata file could not be written (a full disk)
+        log.error("the cluster metadata could not be written: %s", exc)
+        return ErrorCode.KAFKA_STORAGE_ERROR, f"The cluster metadata could not be written: {exc.strerror or exc}"
+    except StaleMetadataError as exc:
+        return ErrorCode.NOT_CONTROLLER, f"The metadata changed concurrently; retry ({exc})"
+    except MetadataStoreUnavailable as exc:
+        return ErrorCode.REQUEST_TIMED_OUT, f"The cluster metadata could not be written: {exc}"
+    return ErrorCode.NONE, None
 
 
 def _matching(b: Any, binding: AclBinding) -> Any:
@@ -431,7 +452,10 @@ async def alter_user_scram_credentials(ctx: BrokerContext, conn: ConnectionInfo,
                     mechanism, bytes(item.salted_password), bytes(item.salt), item.iterations
                 )
     if any(error is ErrorCode.NONE for error, _ in errors.values()):
-        await ctx.store.commit(ctx.image.with_scram_credentials(current))
+        failed = await _committed(ctx, ctx.image.with_scram_credentials(current))
+        if failed[0] is not ErrorCode.NONE:
+            return answer({user: failed if error is ErrorCode.NONE else (error, message)
+                           for user, (error, message) in errors.items()})
         log.info("%s altered SCRAM credentials of %s", conn.principal, sorted(u for u, (e, _) in errors.items() if e is ErrorCode.NONE))
     return answer(errors)
 
