@@ -4,6 +4,7 @@ and started again: RF=3 topics, acks=all, consumer groups."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import time
 import uuid
@@ -17,6 +18,7 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from helpers.broker_process import register_failure_report
 from helpers.cluster import Cluster
+from tidelog.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -117,7 +119,9 @@ def test_the_java_client_works_against_the_cluster(cluster: Cluster, tmp_path: P
     assert done.returncode == 0 and lines and lines[-1].startswith("DONE"), done.stdout + done.stderr
 
 
-def test_admin_elect_leaders_moves_leadership_back_to_the_preferred_replica(tmp_path: Path) -> None:
+def test_admin_elect_leaders_moves_leadership_back_to_the_preferred_replica(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
     from confluent_kafka import ElectionType, TopicPartition
 
     manual = Cluster(tmp_path / "manual", overrides={"auto.leader.rebalance.enable": "false"}).start()
@@ -139,5 +143,11 @@ def test_admin_elect_leaders_moves_leadership_back_to_the_preferred_replica(tmp_
         assert manual.partition("elect", 0)[0] == preferred
         again = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("elect", 0)]).result(15)
         assert [e.code() for e in again.values() if e is not None] == [KafkaError.ELECTION_NOT_NEEDED]
+        # tidelog's own command, as kafka-leader-election.sh: nothing to do is not a failure.
+        assert main(["partitions", "elect-leaders", "-b", manual.bootstrap, "--topic", "elect", "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        assert rows == [{"topic": "elect", "partition": 0, "outcome": "already elected", "message": None}]
+        assert main(["partitions", "elect-leaders", "-b", manual.bootstrap, "--topic", "elect", "--partition", "7"]) == 1
+        assert "UNKNOWN_TOPIC_OR_PART" in capsys.readouterr().out
     finally:
         manual.close()

@@ -14,13 +14,15 @@ on the adding replicas (DescribeLogDirs); ``--watch`` repeats it with the copy r
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import ElectionType, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from tidelog.cli import reassign_calls
 from tidelog.cli.common import (
@@ -55,6 +57,8 @@ examples:
   tidelog partitions reassign --verify --reassignment-json-file plan.json
   tidelog partitions reassign --cancel --reassignment-json-file plan.json
   tidelog partitions list-reassignments --watch
+  tidelog partitions elect-leaders --all-topic-partitions
+  tidelog partitions elect-leaders --election-type unclean --topic orders --partition 3
 
 Plain TCP or the listener's TLS/SASL (the reassignment requests are sent by tidelog itself, not librdkafka).
 """
@@ -78,6 +82,17 @@ def add_parser(sub: Any) -> None:
     listing.add_argument("--watch", action="store_true", help="repeat every --interval seconds until no move is left")
     listing.add_argument("--interval", type=float, default=2.0, metavar="SECONDS")
     add_json_option(listing, "the moves")
+    elect = command("elect-leaders", "move leadership to preferred replicas, or elect unclean leaders", _elect)
+    elect.add_argument("--election-type", choices=("preferred", "unclean"), default="preferred",
+                       help="preferred (default): the first live in-sync replica of the list; unclean: any live "
+                            "replica, for partitions without a leader (may lose records)")
+    scope = elect.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--all-topic-partitions", action="store_true", help="every partition of the cluster")
+    scope.add_argument("--topic", help="one topic (with --partition: one partition)")
+    scope.add_argument("--path-to-json-file", metavar="FILE",
+                       help='kafka-leader-election.sh\'s file: {"partitions": [{"topic": "t", "partition": 0}, ...]}')
+    elect.add_argument("--partition", type=int, help="with --topic")
+    add_json_option(elect, "each partition's outcome")
 
 
 def _read(path: str | None, flag: str) -> str:
@@ -256,3 +271,49 @@ def _list(args: argparse.Namespace) -> int:
         if not args.watch or not moving:
             return 0
         time.sleep(args.interval)
+
+
+def _election_scope(args: argparse.Namespace) -> list[TopicPartition] | None:
+    """The partitions named on the command line; None for every partition of the cluster."""
+    if args.all_topic_partitions:
+        return None
+    if args.path_to_json_file:
+        try:
+            doc = json.loads(_read(args.path_to_json_file, "path-to-json-file"))
+            return [(str(p["topic"]), int(p["partition"])) for p in doc["partitions"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CliError(f"{args.path_to_json_file}: expected {{\"partitions\": [{{\"topic\": ..., "
+                           f"\"partition\": ...}}]}} ({exc})", 2) from None
+    if args.partition is not None:
+        return [(args.topic, args.partition)]
+    metadata = admin_client(args).list_topics(args.topic, timeout=args.timeout)
+    topic = metadata.topics.get(args.topic)
+    if topic is None or topic.error is not None:
+        raise CliError(f"topic {args.topic!r} does not exist", 1)
+    return [(args.topic, p) for p in sorted(topic.partitions)]
+
+
+def _elect(args: argparse.Namespace) -> int:
+    if args.partition is not None and not args.topic:
+        raise CliError("--partition needs --topic", 2)
+    scope = _election_scope(args)
+    kind = ElectionType.PREFERRED if args.election_type == "preferred" else ElectionType.UNCLEAN
+    partitions = None if scope is None else [KafkaTopicPartition(t, p) for t, p in scope]
+    # (confluent-kafka 2.16 raises SystemError for elect_leaders(request_timeout=...): result() bounds the wait)
+    admin = admin_client(args)  # held: a collected client fails its pending futures (_DESTROY)
+    outcome = result(admin.elect_leaders(kind, partitions), args)
+    rows = []
+    for tp, failure in sorted(outcome.items(), key=lambda item: (item[0].topic, item[0].partition)):
+        error: KafkaError | None = failure.args[0] if isinstance(failure, KafkaException) else failure
+        # Kafka's tool reports ELECTION_NOT_NEEDED as "valid replica already elected": not a failure.
+        not_needed = error is not None and error.code() == KafkaError.ELECTION_NOT_NEEDED
+        state = "elected" if error is None else "already elected" if not_needed else error.name()
+        rows.append({"topic": tp.topic, "partition": tp.partition, "outcome": state,
+                     "message": None if error is None or not_needed else error.str()})
+    out = Output(args.json)
+    if args.json:
+        out.json(rows)
+    else:
+        out.table(["TOPIC", "PARTITION", "OUTCOME", "MESSAGE"],
+                  [(r["topic"], r["partition"], r["outcome"], r["message"] or "") for r in rows])
+    return 1 if any(r["message"] for r in rows) else 0
