@@ -51,6 +51,7 @@ FENCES_BEFORE_GIVING_UP = 5
 FENCE_WINDOW_S = 300.0
 CONSUME_BATCH = 2000
 COMMIT_THREADS = 8  # shards committing at once
+DRAINED_COMMIT_S = 0.05
 FETCH_QUEUE_BACKOFF_MS = 20  # a full prefetch is looked at again this soon
 
 
@@ -76,6 +77,7 @@ class Mirror:
         self.group: Consumer | None = None
         self.joined = threading.Event()
         self._pool: ThreadPoolExecutor | None = None
+        self._shard_numbers: dict[Key, int] = {}  # shard_of, remembered (it is pure)
 
     # ---- start and stop ------------------------------------------------------------------------------
 
@@ -232,7 +234,8 @@ class Mirror:
                 messages = self.source.consume(CONSUME_BATCH, 0.05 if self.shards else 0.2)
                 for message in messages:
                     self._handle(message, now)
-                if self.budget.full() or self._interval_due(now):
+                drained = len(messages) < CONSUME_BATCH
+                if self.budget.full() or self._interval_due(now, drained):
                     self._commit_all()
                 if now >= next_metrics:
                     self._advance_idle(now)
@@ -266,7 +269,10 @@ class Mirror:
                 log.warning("source: %s", error.str())
             return
         topic, partition = message.topic() or "", message.partition() or 0
-        shard = self.shards.get(shard_of(topic, partition, self.config.shards))
+        number = self._shard_numbers.get((topic, partition))
+        if number is None:
+            number = self._shard_numbers[(topic, partition)] = shard_of(topic, partition, self.config.shards)
+        shard = self.shards.get(number)
         state = shard.partitions.get((topic, partition)) if shard is not None else None
         if shard is None or state is None or not state.reading:
             return  # released since it was fetched
@@ -282,8 +288,14 @@ class Mirror:
         if self.budget.add((topic, partition), size) and self.source is not None:
             self.source.pause([TopicPartition(topic, partition)])
 
-    def _interval_due(self, now: float) -> bool:
+    def _interval_due(self, now: float, drained: bool) -> bool:
+        """A transaction commits once it is ``transaction.interval.ms`` old, or, when the source had
+        nothing more to give (``drained``: the last consume came back short), once it is
+        ``DRAINED_COMMIT_S`` old: a backlog still makes big transactions, a trickle is not held back
+        for the whole interval (its lag is what a read_committed reader sees)."""
         interval = self.config.transaction_interval_ms / 1000
+        if drained:
+            interval = min(interval, DRAINED_COMMIT_S)
         return any(s.open_since is not None and now - s.open_since >= interval for s in self.shards.values())
 
     def _commit_all(self) -> None:
