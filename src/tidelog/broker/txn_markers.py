@@ -109,19 +109,15 @@ async def durable(ctx: BrokerContext, appended: dict[TopicPartition, tuple[Parti
         ))
         return dict(zip(appended, errors, strict=True))
     loop = asyncio.get_running_loop()
-
-    async def flush(tp: TopicPartition, plog: PartitionLog) -> ErrorCode:
+    results: dict[TopicPartition, ErrorCode] = {}
+    for tp, (plog, _) in appended.items():
         try:
             await loop.run_in_executor(None, plog.flush)
-            return ErrorCode.NONE
+            results[tp] = ErrorCode.NONE
         except KafkaError as exc:
             log.error("flushing %s-%d failed: %s", *tp, exc)
-            return exc.code
-
-    # The fsyncs of a transaction's partitions run side by side on the worker threads (one after the
-    # other, a commit touching hundreds of partitions took seconds); the answer still waits for all.
-    errors = await asyncio.gather(*(flush(tp, plog) for tp, (plog, _) in appended.items()))
-    return dict(zip(appended, errors, strict=True))
+            results[tp] = exc.code
+    return results
 
 
 # ------------------------------------------------------------------------------------ the writer
