@@ -32,6 +32,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -49,6 +50,9 @@ log = logging.getLogger(__name__)
 FENCES_BEFORE_GIVING_UP = 5
 FENCE_WINDOW_S = 300.0
 CONSUME_BATCH = 2000
+COMMIT_THREADS = 8  # shards committing at once
+DRAINED_COMMIT_S = 0.05
+FETCH_QUEUE_BACKOFF_MS = 20  # a full prefetch is looked at again this soon
 
 
 class Mirror:
@@ -72,6 +76,8 @@ class Mirror:
         self.source: Consumer | None = None
         self.group: Consumer | None = None
         self.joined = threading.Event()
+        self._pool: ThreadPoolExecutor | None = None
+        self._shard_numbers: dict[Key, int] = {}  # shard_of, remembered (it is pure)
 
     # ---- start and stop ------------------------------------------------------------------------------
 
@@ -82,7 +88,12 @@ class Mirror:
             **self.config.source, "group.id": self.config.group_id, "enable.auto.commit": False,
             "enable.auto.offset.store": False, "isolation.level": "read_committed",
             "auto.offset.reset": self.config.start, "enable.partition.eof": False,
-            "queued.max.messages.kbytes": self.budget.prefetch_kbytes, "queued.min.messages": 1000,
+            # The prefetch is bounded in bytes only (one total over all partitions). A count bound
+            # (queued.min.messages) would stop each partition after that many records and then hold
+            # its fetches back for fetch.queue.backoff.ms (1 s by default): with 1 KiB records that
+            # capped a partition at about 1,000 records/s.
+            "queued.max.messages.kbytes": self.budget.prefetch_kbytes, "queued.min.messages": 10_000_000,
+            "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
             "fetch.max.bytes": min(50 << 20, self.budget.prefetch_kbytes * 1024),
             "logger": logging.getLogger("tidelog.mirror.rdkafka")})
         self.group = Consumer({
@@ -107,6 +118,9 @@ class Mirror:
         if self.source is not None:
             self.source.close()
             self.source = None
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
     # ---- shards come and go --------------------------------------------------------------------------
 
@@ -220,7 +234,8 @@ class Mirror:
                 messages = self.source.consume(CONSUME_BATCH, 0.05 if self.shards else 0.2)
                 for message in messages:
                     self._handle(message, now)
-                if self.budget.full() or self._interval_due(now):
+                drained = len(messages) < CONSUME_BATCH
+                if self.budget.full() or self._interval_due(now, drained):
                     self._commit_all()
                 if now >= next_metrics:
                     self._advance_idle(now)
@@ -254,7 +269,10 @@ class Mirror:
                 log.warning("source: %s", error.str())
             return
         topic, partition = message.topic() or "", message.partition() or 0
-        shard = self.shards.get(shard_of(topic, partition, self.config.shards))
+        number = self._shard_numbers.get((topic, partition))
+        if number is None:
+            number = self._shard_numbers[(topic, partition)] = shard_of(topic, partition, self.config.shards)
+        shard = self.shards.get(number)
         state = shard.partitions.get((topic, partition)) if shard is not None else None
         if shard is None or state is None or not state.reading:
             return  # released since it was fetched
@@ -270,16 +288,39 @@ class Mirror:
         if self.budget.add((topic, partition), size) and self.source is not None:
             self.source.pause([TopicPartition(topic, partition)])
 
-    def _interval_due(self, now: float) -> bool:
+    def _interval_due(self, now: float, drained: bool) -> bool:
+        """A transaction commits once it is ``transaction.interval.ms`` old, or, when the source had
+        nothing more to give (``drained``: the last consume came back short), once it is
+        ``DRAINED_COMMIT_S`` old: a backlog still makes big transactions, a trickle is not held back
+        for the whole interval (its lag is what a read_committed reader sees)."""
         interval = self.config.transaction_interval_ms / 1000
+        if drained:
+            interval = min(interval, DRAINED_COMMIT_S)
         return any(s.open_since is not None and now - s.open_since >= interval for s in self.shards.values())
 
     def _commit_all(self) -> None:
-        for shard in list(self.shards.values()):
-            if shard.open_since is not None:
-                self._commit(shard)
+        """Commit every open transaction. The shards' commits run side by side on worker threads
+        (each waits on its destination round trips, with the GIL released), so the loop stalls for
+        the slowest commit, not for their sum; what follows a commit is done here, on the loop."""
+        open_ = [shard for shard in self.shards.values() if shard.open_since is not None]
+        if len(open_) == 1:
+            self._settle(open_[0], self._finish(open_[0]))
+        elif open_:
+            for shard, outcome in zip(open_, self._committer().map(self._finish, open_), strict=True):
+                self._settle(shard, outcome)
+
+    def _committer(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="mirror-commit")
+        return self._pool
 
     def _commit(self, shard: Shard) -> bool:
+        return self._settle(shard, self._finish(shard))
+
+    def _finish(self, shard: Shard) -> dict[Key, Checkpoint] | KafkaError | None:
+        """Flush the shard's copies, write its checkpoints and commit: the checkpoints to adopt, the
+        error that ended the transaction, or None when stopped first. Touches only ``shard``, so the
+        shards' commits can run on several threads at once."""
         producer = shard.producer
 
         def flush() -> None:
@@ -293,13 +334,20 @@ class Mirror:
                 raise KafkaException(shard.delivery_error)
             if not retry_retriable(self._stop, lambda: producer.commit_transaction(10), "commit", log,
                                    "retrying, the source holds the backlog"):
-                return False
+                return None
         except KafkaException as exc:
-            self._failed(shard, exc.args[0])
+            error: KafkaError = exc.args[0]
+            return error
+        return checkpoints
+
+    def _settle(self, shard: Shard, outcome: dict[Key, Checkpoint] | KafkaError | None) -> bool:
+        if outcome is None:
             return False
-        touched = set(checkpoints)
-        shard.committed(checkpoints)
-        self._resume(self.budget.release(touched))
+        if isinstance(outcome, KafkaError):
+            self._failed(shard, outcome)
+            return False
+        shard.committed(outcome)
+        self._resume(self.budget.release(set(outcome)))
         self.metrics.transactions.inc()
         return True
 
