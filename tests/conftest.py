@@ -29,17 +29,3 @@ def fresh_broker(tmp_path: Path, pytestconfig: pytest.Config) -> Iterator[Callab
     for process in started:
         process.close()
 
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Groups for pytest-xdist's ``--dist loadgroup`` (scripts/test runs the suite on several workers).
-
-    A file's tests stay together on one worker, so its module-scoped brokers and clusters start once;
-    every test of the shared reference Apache Kafka (the compat tier's ``reference_kafka``) is in one
-    group, so that Kafka starts once and the compat report is written whole (the compat files that
-    start Kafka nodes of their own are groups of their own). A test may name its own group with
-    ``@pytest.mark.xdist_group``."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        uses_reference = "reference_kafka" in getattr(item, "fixturenames", ())
-        item.add_marker(pytest.mark.xdist_group("compat" if uses_reference else item.path.stem))

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from compat_harness import allowlist as allowlist_module
 from compat_harness.kafka import KafkaUnavailable, ReferenceKafka, install_kafka, kafka_version
-from compat_harness.report import REPORT
+from compat_harness.report import DEFAULT_REPORT, REPORT
 from compat_harness.scenario import Endpoint, Result, ScenarioFn, compare
 
 from helpers.broker_process import REFERENCE_KAFKA_ENV, BrokerProcess, register_failure_report
@@ -115,10 +115,13 @@ def compare_with_kafka(
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    # Written where the scenarios ran: under pytest-xdist that is the one worker of the "compat" group
-    # (tests/conftest.py), whose terminal summary nobody sees; the line is printed there when it runs alone.
+    # Written where the scenarios ran. Under pytest-xdist (scripts/test) each worker has some of them
+    # and writes its own part (compat-report-gw0.md, ...); `pytest tests/compat` writes the whole report.
     if not REPORT.results and not REPORT.extra:
         return
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and "COMPAT_REPORT" not in os.environ:
+        os.environ["COMPAT_REPORT"] = str(DEFAULT_REPORT.with_name(f"compat-report-{worker}.md"))
     path = REPORT.write(allowlist_module.load())
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
