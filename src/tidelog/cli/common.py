@@ -55,6 +55,22 @@ def parse_assignments(items: Iterable[str], what: str) -> dict[str, str]:
     return out
 
 
+def service_properties(args: argparse.Namespace, between: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A platform process's settings: its properties file (``args.config``), then ``between``, then the
+    ``--override KEY=VALUE`` items, then ``--bootstrap-server`` where the command has one."""
+    props: dict[str, str] = {}
+    if args.config:
+        try:
+            props.update(parse_properties(Path(args.config).read_text()))
+        except OSError as exc:
+            raise CliError(f"cannot read {args.config}: {exc.strerror}", 2) from None
+    props.update(between or {})
+    props.update(parse_assignments(args.override, "--override"))
+    if getattr(args, "bootstrap_server", None):
+        props["bootstrap.servers"] = args.bootstrap_server
+    return props
+
+
 def split_config_list(text: str) -> list[str]:
     """kafka-configs' ``--add-config`` syntax: ``a=1,b=[x,y]`` → ``["a=1", "b=x,y"]`` (brackets keep commas)."""
     items, depth, current = [], 0, ""

@@ -34,9 +34,8 @@ from tidelog.cli.common import (
     add_json_option,
     client_config,
     command_adder,
-    parse_assignments,
+    service_properties,
 )
-from tidelog.common.config import parse_properties
 from tidelog.governor import app
 from tidelog.governor.cluster import Cluster, ClusterError
 from tidelog.governor.config import ConfigError, GovernorConfig, parse_config
@@ -118,16 +117,9 @@ def _ids(text: str) -> list[int]:
 
 
 def load(args: argparse.Namespace) -> GovernorConfig:
-    props: dict[str, str] = {}
-    if args.config:
-        try:
-            props.update(parse_properties(Path(args.config).read_text()))
-        except OSError as exc:
-            raise CliError(f"cannot read {args.config}: {exc.strerror}", 2) from None
     client = client_config(args)
     client.pop("logger", None)
-    props.update({k: str(v) for k, v in client.items()})
-    props.update(parse_assignments(args.override, "--override"))
+    props = service_properties(args, {k: str(v) for k, v in client.items()})
     if getattr(args, "port", None):
         props["governor.listen.port"] = str(args.port)
     try:

@@ -15,11 +15,9 @@ import getpass
 import logging
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
-from tidelog.cli.common import CliError, parse_assignments
-from tidelog.common.config import parse_properties
+from tidelog.cli.common import CliError, service_properties
 from tidelog.console.app import run
 from tidelog.console.auth import ROLES, UsersFileError, hash_password
 from tidelog.console.config import ConfigError, ConsoleConfig, parse_config
@@ -48,15 +46,7 @@ def add_parser(sub: Any) -> None:
 
 
 def load(args: argparse.Namespace) -> ConsoleConfig:
-    props: dict[str, str] = {}
-    if args.config:
-        try:
-            props.update(parse_properties(Path(args.config).read_text()))
-        except OSError as exc:
-            raise CliError(f"cannot read {args.config}: {exc.strerror}", 2) from None
-    props.update(parse_assignments(args.override, "--override"))
-    if args.bootstrap_server:
-        props["bootstrap.servers"] = args.bootstrap_server
+    props = service_properties(args)
     try:
         return parse_config(props)
     except ConfigError as exc:
