@@ -34,6 +34,7 @@ another; ``amount`` depends on the replica's role (leader or follower), see ``Me
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -46,21 +47,24 @@ Proposal = Move | Exchange
 Allowed = Callable[[Proposal], bool]
 
 
-class Goal:
+class Goal(ABC):
     name = "goal"
     hard = False
 
     def prepare(self, s: State) -> None:
-        """Called once before the planner works on this goal with ``s`` (caches bounds)."""
+        """Called once before the planner works on this goal with ``s`` (caches bounds); none by default."""
+        return None
 
+    @abstractmethod
     def violations(self, s: State) -> int:
-        raise NotImplementedError
+        """How many brokers (or partitions) break the goal in ``s``."""
 
     def score(self, s: State) -> float:
         return float(self.violations(s))
 
+    @abstractmethod
     def propose(self, s: State, allowed: Allowed) -> Iterator[Proposal]:
-        raise NotImplementedError
+        """Moves toward the goal, best first, each one ``allowed`` by the goals above."""
 
     def accepts(self, s: State, move: Move) -> bool:
         return True
