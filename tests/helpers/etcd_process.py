@@ -14,6 +14,7 @@ grant leases as short as 1 s (its floor is 1.5 election timeouts), so tests can 
 from __future__ import annotations
 
 import json
+import queue
 import shutil
 import signal
 import socket
@@ -177,6 +178,8 @@ class SilentLink:
     ``cut()`` stops carrying bytes in both directions without closing anything: connections stay
     open and nothing arrives (new connections are accepted and then hear nothing), as when packets
     are lost. ``heal()`` carries on with the bytes held back, so no stream is corrupted.
+    ``answer_late(seconds)`` holds every byte from etcd back that long (in order), as a loaded etcd
+    or a slow link does; requests still reach etcd at once.
     """
 
     def __init__(self, target_host: str, target_port: int) -> None:
@@ -186,6 +189,7 @@ class SilentLink:
         self._flowing = threading.Event()
         self._flowing.set()
         self._closed = False
+        self._answer_delay_s = 0.0
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
         threading.Thread(target=self._accept_loop, daemon=True).start()
@@ -199,6 +203,9 @@ class SilentLink:
 
     def heal(self) -> None:
         self._flowing.set()
+
+    def answer_late(self, seconds: float) -> None:
+        self._answer_delay_s = seconds
 
     def _accept_loop(self) -> None:
         while not self._closed:
@@ -219,7 +226,7 @@ class SilentLink:
         with self._lock:
             self._sockets += [client, upstream]
         threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
-        threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+        threading.Thread(target=self._pump_late, args=(upstream, client), daemon=True).start()
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
@@ -235,6 +242,35 @@ class SilentLink:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+    def _pump_late(self, source: socket.socket, sink: socket.socket) -> None:
+        """Like _pump, each chunk sent ``answer_late`` seconds after it arrived (FIFO, never reordered)."""
+        held: queue.Queue[tuple[float, bytes]] = queue.Queue()
+
+        def deliver() -> None:
+            while (item := held.get()) and item[1]:
+                due, data = item
+                time.sleep(max(0.0, due - time.monotonic()))
+                self._flowing.wait()
+                try:
+                    sink.sendall(data)
+                except OSError:
+                    break
+            for sock in (source, sink):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        threading.Thread(target=deliver, daemon=True).start()
+        try:
+            while data := source.recv(65536):
+                if self._closed:
+                    break
+                held.put((time.monotonic() + self._answer_delay_s, data))
+        except OSError:
+            pass
+        held.put((0.0, b""))
 
     def close(self) -> None:
         self._closed = True

@@ -370,6 +370,35 @@ def test_brokers_move_off_a_silent_etcd_member_without_being_fenced(tmp_path: Pa
         cluster.close()
 
 
+def test_a_broker_stays_unfenced_while_etcd_answers_every_request_a_second_late(own_etcd: EtcdProcess) -> None:
+    """Renewals are pipelined: a late answer still renews from when it was sent.
+
+    Session 3 s, heartbeat 0.5 s: fenced 2 s after the last renewal sent that succeeded. Answers 1 s
+    late leave renewals 0.5 s apart, each known 1 s after sending: never fenced. A broker that waited
+    for each answer before sending the next saw renewals 1.5 s apart, known 2.5 s after sending: it
+    fenced itself, and (giving up on an answer after a heartbeat once fenced) stayed fenced while every
+    renewal kept its lease alive in etcd.
+    """
+    link = SilentLink("127.0.0.1", own_etcd.client_port)
+    try:
+        async def scenario() -> None:
+            store = await EtcdMetadataStore.open(f"etcd://{link.endpoint}/slow", connect_timeout_s=3)
+            await store.register_broker(registration(1), 3000, 500)
+            lost: list[float] = []
+            store.on_lease_lost(lambda: lost.append(time.monotonic()))
+            link.answer_late(1.0)
+            await asyncio.sleep(6.0)
+            assert lost == [] and store.lease_valid()
+            link.answer_late(0.0)
+            await asyncio.sleep(2.0)
+            assert lost == [] and store.lease_valid()
+            await closing(store)
+
+        run(scenario())
+    finally:
+        link.close()
+
+
 def test_a_topic_of_thousands_of_partitions_is_created_grown_and_seen_by_another_store(url: str) -> None:
     """One key per creation: etcd refuses transactions of more than 128 operations by default."""
 

@@ -107,6 +107,8 @@ class BrokerSession:
         self._restored: list[Callable[[], None]] = []
         self._controller_changed: list[Callable[[bool], None]] = []
         self._keepalive: asyncio.Task[None] | None = None
+        self._renewal_failures = 0
+        self._registering_again = False
         self._fence_timer: asyncio.TimerHandle | None = None
         self._candidate = False
         self._holding_since = 0  # revision of our winning campaign; 0: not holding the controller key
@@ -141,38 +143,65 @@ class BrokerSession:
         self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive(), name="etcd-lease-keepalive")
 
     async def _keep_alive(self) -> None:
+        """Send a renewal every heartbeat, whether or not the earlier ones have been answered.
+
+        Renewals are pipelined (etcd's own clients keep a stream open for the same reason): each may
+        take up to the whole session to be answered, and each success renews from the time it was
+        *sent*. So an etcd that answers every request late by D stays renewed as long as
+        ``D + heartbeat < session - 2 x heartbeat``; waiting for each answer before sending the next
+        needed ``2 D + heartbeat`` below that margin, and once fenced gave up on each answer after a
+        heartbeat: an etcd slower than a heartbeat kept the lease alive (every renewal landed) while
+        the broker stayed fenced for good, refusing as NOT_LEADER with no election to move its
+        partitions.
+        """
         interval_s = self.timer.heartbeat_interval_ms / 1000
-        failures = 0
-        while not self._closed:
-            await asyncio.sleep(interval_s)
-            sent = self._clock()
-            # Wait for the answer until the fence would fall anyway (never less than a heartbeat): an
-            # answer that is merely slow (a loaded etcd or host) still renews the lease, and cutting it
-            # short at one heartbeat made a busy broker fence itself while its lease was alive.
-            deadline = self.timer.deadline_ms()
-            budget_s = max(interval_s, ((deadline or sent) - sent) / 1000)
-            try:
-                ttl = await self._client.lease_keepalive(self.lease_id, budget_s)
-            except MetadataStoreUnavailable as exc:
-                failures += 1
-                if failures == 1:
-                    log.warning("etcd lease keep-alive failed (%s); fenced in %.0f ms unless renewed",
-                                exc, max(0.0, (self.timer.deadline_ms() or sent) - sent))
-                self._check_fence()
-                continue
-            if failures:
-                log.info("etcd lease keep-alive succeeded again after %d failures", failures)
-                failures = 0
-            if ttl > 0:
-                self.timer.renewed(sent)
-                self._set_valid(self.lease_valid())  # a late answer may renew a session already past its fence
-                continue
-            log.error("broker %d: lease %x expired in etcd; registering again", self.registration.node_id,
-                      self.lease_id)
-            self.timer.lost()
-            self._holding_since = 0
-            self._set_valid(False)
+        in_flight: set[asyncio.Task[None]] = set()
+        limit = math.ceil(self.timer.session_timeout_ms / self.timer.heartbeat_interval_ms) + 1
+        try:
+            while not self._closed:
+                await asyncio.sleep(interval_s)
+                if self._registering_again or len(in_flight) >= limit:
+                    self._check_fence()
+                    continue
+                task = asyncio.get_running_loop().create_task(self._renew(self.lease_id, self._clock()))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+        finally:
+            for task in list(in_flight):
+                task.cancel()
+            await asyncio.gather(*in_flight, return_exceptions=True)
+
+    async def _renew(self, lease_id: int, sent: float) -> None:
+        try:
+            ttl = await self._client.lease_keepalive(lease_id, self.timer.session_timeout_ms / 1000)
+        except MetadataStoreUnavailable as exc:
+            self._renewal_failures += 1
+            if self._renewal_failures == 1:
+                log.warning("etcd lease keep-alive failed (%s); fenced in %.0f ms unless renewed",
+                            exc, max(0.0, (self.timer.deadline_ms() or sent) - self._clock()))
+            self._check_fence()
+            return
+        if lease_id != self.lease_id or self._closed:
+            return  # an answer about a lease we have since replaced
+        if self._renewal_failures:
+            log.info("etcd lease keep-alive succeeded again after %d failures", self._renewal_failures)
+            self._renewal_failures = 0
+        if ttl > 0:
+            self.timer.renewed(sent)
+            self._set_valid(self.lease_valid())  # a late answer may renew a session already past its fence
+            return
+        if self._registering_again:
+            return
+        log.error("broker %d: lease %x expired in etcd; registering again", self.registration.node_id,
+                  self.lease_id)
+        self.timer.lost()
+        self._holding_since = 0
+        self._set_valid(False)
+        self._registering_again = True
+        try:
             await self._register_again()
+        finally:
+            self._registering_again = False
 
     async def _register_again(self) -> None:
         delay_s = self.timer.heartbeat_interval_ms / 1000
