@@ -36,6 +36,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -144,6 +145,15 @@ def screenshot(driver: WebDriver, shots: Path, name: str) -> None:
 
 
 def text(driver: WebDriver, css: str) -> str:
+    """The element's text; found again if the page replaced it in between (a navigation or a refresh
+    that swaps the node: chromedriver says "stale" or "does not belong to the document")."""
+    for _ in range(20):
+        try:
+            return str(driver.find_element(By.CSS_SELECTOR, css).text)
+        except WebDriverException as exc:
+            if not isinstance(exc, StaleElementReferenceException) and "does not belong to the document" not in str(exc):
+                raise
+            time.sleep(0.1)
     return str(driver.find_element(By.CSS_SELECTOR, css).text)
 
 

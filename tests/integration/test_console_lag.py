@@ -51,6 +51,13 @@ def partition_status(console: ConsoleProcess, group: str) -> str:
     return str(status["partitions"][0]["status"]) if status and status["partitions"] else ""
 
 
+def caught_up_seen(console: ConsoleProcess, group: str) -> bool:
+    """The console reports the group OK with no lag (not merely OK on a young window)."""
+    status = group_status(console, group)
+    parts = status["partitions"] if status else []
+    return bool(parts) and parts[0]["status"] == "OK" and parts[0]["current_lag"] == 0
+
+
 def background(work: Callable[[threading.Event], None], stop: threading.Event) -> threading.Thread:
     thread = threading.Thread(target=work, args=(stop,), daemon=True)
     thread.start()
@@ -117,7 +124,7 @@ def test_a_stopped_a_slow_and_a_rewinding_consumer_are_told_apart(lag_broker: Br
 
     def rewinder(stop: threading.Event) -> None:
         consumer = member(bootstrap, rewinds, rewinds_topic)
-        consume_at(consumer, 0, lambda: stop.is_set() or partition_status(console, rewinds) == "OK")
+        consume_at(consumer, 0, lambda: stop.is_set() or caught_up_seen(console, rewinds))
         if stop.is_set():
             return
         caught_up.set()

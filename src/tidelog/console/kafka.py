@@ -333,22 +333,24 @@ class KafkaView:
         return {(tp.topic, tp.partition): int(tp.offset) for tp in listed.topic_partitions or []
                 if tp.offset >= 0 and not tp.error}
 
-    def committed_many(self, group_ids: Sequence[str]) -> dict[str, dict[TP, int]]:
+    def committed_many(self, group_ids: Sequence[str]) -> tuple[dict[str, dict[TP, int]], set[str]]:
         """Committed offsets of many groups, their requests in flight together (one group per request,
-        as the admin API takes them)."""
+        as the admin API takes them), and the groups whose offsets could not be read this time."""
         futures = {}
         for group_id in group_ids:
             futures.update(self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id)],
                                                                   request_timeout=self.timeout))
         found: dict[str, dict[TP, int]] = {}
+        failed: set[str] = set()
         for group_id, future in futures.items():
             try:
                 listed = future.result(timeout=self.timeout)
             except BaseException:
+                failed.add(group_id)
                 continue
             found[group_id] = {(tp.topic, tp.partition): int(tp.offset) for tp in listed.topic_partitions or []
                                if tp.offset >= 0 and not tp.error}
-        return found
+        return found, failed
 
     def commit_offsets(self, group_id: str, offsets: dict[TP, int]) -> None:
         tps = [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]

@@ -16,7 +16,9 @@ One poll (``poll``, blocking; ``run`` calls it in a worker thread every ``consol
    sees one poll or the next, never a mix), and each group's total lag and worst lag in seconds are
    appended to its history (``console.lag.history.s``, one hour by default) for the lag chart.
 
-A group that disappears (deleted, or its offsets expired) is dropped with its windows.
+A group that disappears (deleted, or its offsets expired) is dropped with its windows. A group whose
+offsets could not be read in one poll (a coordinator moving or loading, a timeout) keeps its windows,
+history and last result until a poll reads it again: a transient error must not erase a rewind.
 """
 
 from __future__ import annotations
@@ -75,20 +77,22 @@ class LagSampler:
         started = time.perf_counter()
         now_ms = int(self.clock() * 1000)
         group_ids = [g.group_id for g in self.view.list_groups()]
-        committed = self.view.committed_many(group_ids)
+        committed, unread = self.view.committed_many(group_ids)
         described = self.view.describe_groups(group_ids)
         partitions = sorted({tp for offsets in committed.values() for tp in offsets})
         ends = self.view.offsets(partitions)
         lagging = sorted({(t, p, o) for offsets in committed.values() for (t, p), o in offsets.items()
                           if ends.get((t, p), o) > o})
         self._read_timestamps(lagging)
-        results = {}
+        results = {g: self.results[g] for g in unread if g in self.results}
         for group_id, offsets in committed.items():
             results[group_id] = self._evaluate(group_id, offsets, ends, described.get(group_id), now_ms)
-        for key in [k for k in self.windows if k[0] not in committed or (k[1], k[2]) not in committed[k[0]]]:
+        gone = [k for k in self.windows
+                if k[0] not in unread and (k[0] not in committed or (k[1], k[2]) not in committed[k[0]])]
+        for key in gone:
             del self.windows[key]
             self.moved_at.pop(key, None)
-        for group_id in [g for g in self.history if g not in committed]:
+        for group_id in [g for g in self.history if g not in committed and g not in unread]:
             del self.history[group_id]
         self.timestamps = {k: v for k, v in self.timestamps.items() if k in set(lagging)}
         self.results, self.groups = results, described
