@@ -11,12 +11,18 @@ the loop then writes the prepared batches.
 The pool has :data:`WORKERS` threads, so at most that many batches are inflated at once whatever the
 number of connections: the memory they take is bounded by ``WORKERS`` x (the cap + one 1 MiB chunk).
 The decoders release the GIL while they inflate, so other connections keep being served meanwhile.
+On Linux the workers run at a lower CPU priority (nice +:data:`WORKER_NICENESS`, set per thread): with
+two of them inflating on a two-core machine, the event loop thread would otherwise get a third of the
+CPU and every other client's latency would grow with the bombs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,13 +32,21 @@ from tidelog.common.errors import KafkaError
 from tidelog.storage.log import PreparedAppend
 
 WORKERS = 2
+WORKER_NICENESS = 10
 _pool: ThreadPoolExecutor | None = None
+
+
+def _lower_priority() -> None:
+    """Lower this worker thread's CPU priority (Linux schedules threads one by one; elsewhere a no-op)."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICENESS)
 
 
 def _executor() -> ThreadPoolExecutor:
     global _pool
     if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="tidelog-inflate")
+        _pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="tidelog-inflate",
+                                   initializer=_lower_priority)
     return _pool
 
 
