@@ -85,6 +85,18 @@ def _accepts(port: int) -> bool:
         return False
 
 
+def _brokers_registered(bootstrap: str, count: int) -> bool:
+    """Every broker is in the cluster's metadata (registered in etcd), as a client will see it."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        metadata = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=2)
+    except KafkaException:
+        return False
+    return len(metadata.brokers) >= count
+
+
 def _die_with_parent() -> None:
     """In the child before exec: SIGTERM when dev-cluster itself dies, even by SIGKILL (Linux
     PR_SET_PDEATHSIG), so no broker or etcd outlives it."""
@@ -170,10 +182,15 @@ def dev_cluster_command(args: argparse.Namespace) -> int:
         for (name, process), port in zip(brokers, ports, strict=True):
             node = int(name.split()[1])
             _wait_for(lambda port=port: _accepts(port), name, 60, process, root / f"broker-{node}.log")
+        bootstrap = ",".join(f"{HOST}:{p}" for p in ports)
+        # Listening is not yet registered: a replicated topic created now could find one broker only.
+        name, process = brokers[0]
+        _wait_for(lambda: _brokers_registered(bootstrap, len(ports)), "the brokers' registrations", 60, process,
+                  root / "broker-1.log")
         print(f"etcd      {HOST}:{args.etcd_port}  data {root / 'etcd'}")
         for node, port in enumerate(ports, start=1):
             print(f"broker {node}  {HOST}:{port}  rack rack-{node}  log {root / f'broker-{node}.log'}")
-        print(f"bootstrap servers: {','.join(f'{HOST}:{p}' for p in ports)}")
+        print(f"bootstrap servers: {bootstrap}")
         print("Ctrl-C stops the cluster.", flush=True)
         while not stopping:
             for name, process in brokers:
