@@ -64,7 +64,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tidelog.common.errors import ErrorCode
 from tidelog.coordinator import assignors
@@ -87,10 +87,31 @@ from tidelog.coordinator.consumer_group_records import (
     target_member,
     target_metadata,
 )
+from tidelog.coordinator.group import ClassicGroup
+from tidelog.coordinator.records import CoordinatorRecord
+from tidelog.coordinator.timers import Timers
 from tidelog.coordinator.topic_regex import InvalidTopicRegex, compile_topic_regex, topics_matching
 
-if TYPE_CHECKING:
-    from tidelog.coordinator.state import CoordinatorState
+
+class GroupHost(Protocol):
+    """What the consumer-group manager needs of the coordinator's shared state (``state.CoordinatorState``):
+    the group tables (a group id names a classic group or a consumer group, never both), the timers,
+    the clock, member ids, and the log writes. A protocol, so this module does not import ``state``."""
+
+    groups: dict[str, ClassicGroup]
+    consumer_groups: dict[str, ConsumerGroup]
+    timers: Timers
+    now: int
+    new_id: Callable[[], str]
+
+    def check(self, group_id: str | None) -> ErrorCode: ...
+
+    def partition_of(self, group_id: str) -> int: ...
+
+    def remove_group(self, group_id: str) -> None: ...
+
+    def write(self, group_id: str, records: list[CoordinatorRecord],
+              on_done: Callable[[ErrorCode], None] | None) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +342,7 @@ class _Call:
 
 
 class ConsumerGroupManager:
-    def __init__(self, state: CoordinatorState, config: ConsumerGroupConfig | None = None,
+    def __init__(self, state: GroupHost, config: ConsumerGroupConfig | None = None,
                  topics: TopicsView = _no_topics) -> None:
         self.state = state
         self.config = config or ConsumerGroupConfig()
