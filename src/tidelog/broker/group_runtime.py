@@ -34,8 +34,9 @@ import logging
 import pathlib
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from tidelog.broker.coordinator_host import CoordinatorHost
 from tidelog.broker.group_configs import GroupConfigs
 from tidelog.common.config import BrokerConfig
 from tidelog.common.errors import ErrorCode, KafkaError
@@ -67,9 +68,6 @@ from tidelog.coordinator.state import CoordinatorConfig, Write, append_error_to_
 from tidelog.metadata.image import ClusterImage
 from tidelog.protocol.compression import Compression
 from tidelog.storage.log import PartitionLog
-
-if TYPE_CHECKING:
-    from tidelog.broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +103,7 @@ def consumer_group_config(config: BrokerConfig) -> ConsumerGroupConfig:
 class PartitionLogPort:
     """``tidelog.coordinator.persistence.OffsetsLog`` over this broker's ``__consumer_offsets`` logs."""
 
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: CoordinatorHost) -> None:
         self.ctx = ctx
 
     def _log(self, partition: int) -> PartitionLog:
@@ -148,7 +146,7 @@ class PartitionLogPort:
 
 
 class GroupRuntime:
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: CoordinatorHost) -> None:
         self.ctx = ctx
         config = ctx.config
         self.core = GroupCoordinator(coordinator_config(config), partition_exists=self._partition_exists,

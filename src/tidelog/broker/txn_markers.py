@@ -33,12 +33,14 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kio.schema.types import ProducerId, TopicName
 from kio.schema.write_txn_markers.v1 import request as wtm
 from kio.static.primitive import i16, i32
 
+from tidelog.broker.coordinator_host import CoordinatorHost
+from tidelog.broker.group_runtime import GroupRuntime
 from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.coordinator.records import InvalidRecord, OffsetCommitRecord
 from tidelog.coordinator.records import decode as decode_offset_record
@@ -53,8 +55,11 @@ from tidelog.protocol.records import (
 )
 from tidelog.storage.log import PartitionLog
 
-if TYPE_CHECKING:
-    from tidelog.broker.context import BrokerContext
+
+class TxnHost(CoordinatorHost, Protocol):
+    """The transaction coordinator's needs: the host's, and the group coordinator for offsets."""
+
+    groups: GroupRuntime | None
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +102,7 @@ def transactional_offsets(data: bytes, producer_id: int) -> list[OffsetCommitRec
     return out
 
 
-async def durable(ctx: BrokerContext, appended: dict[TopicPartition, tuple[PartitionLog, int]]) -> dict[TopicPartition, ErrorCode]:
+async def durable(ctx: TxnHost, appended: dict[TopicPartition, tuple[PartitionLog, int]]) -> dict[TopicPartition, ErrorCode]:
     """Wait until each log holds its append durably: the high watermark passes ``end`` in a cluster
     (REQUEST_TIMED_OUT after ``APPEND_TIMEOUT_MS``), an fsync on a single node."""
     if not appended:
@@ -124,7 +129,7 @@ async def durable(ctx: BrokerContext, appended: dict[TopicPartition, tuple[Parti
 
 
 class MarkerWriter:
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: TxnHost) -> None:
         self.ctx = ctx
 
     async def write(self, marker: Marker) -> dict[TopicPartition, ErrorCode]:
@@ -239,7 +244,7 @@ class MarkerWriter:
 class _Sender:
     """WriteTxnMarkers to one broker: whatever is queued when a request leaves goes in it."""
 
-    def __init__(self, ctx: BrokerContext, node: int) -> None:
+    def __init__(self, ctx: TxnHost, node: int) -> None:
         self.ctx = ctx
         self.node = node
         self.queue: list[tuple[Marker, asyncio.Future[dict[TopicPartition, ErrorCode]]]] = []
@@ -317,7 +322,7 @@ def request_for(markers: list[Marker]) -> wtm.WriteTxnMarkersRequest:
 
 
 class MarkerChannel:
-    def __init__(self, ctx: BrokerContext, writer: MarkerWriter) -> None:
+    def __init__(self, ctx: TxnHost, writer: MarkerWriter) -> None:
         self.ctx = ctx
         self.writer = writer
         self.senders: dict[int, _Sender] = {}

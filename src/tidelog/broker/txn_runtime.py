@@ -49,9 +49,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tidelog.broker.txn_markers import RETRY_BACKOFF_S, Marker, MarkerChannel, MarkerWriter, durable
+from tidelog.broker.txn_markers import RETRY_BACKOFF_S, Marker, MarkerChannel, MarkerWriter, TxnHost, durable
 from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.coordinator.messages import OffsetCommit, PartitionErrors
 from tidelog.coordinator.records import OffsetCommitKey, OffsetCommitRecord, partition_for
@@ -75,9 +75,6 @@ from tidelog.coordinator.txn_records import (
 from tidelog.metadata.image import ClusterImage
 from tidelog.protocol.records import LOG_OVERHEAD, Record, build_batch, decode_records, iter_batches
 from tidelog.storage.log import PartitionLog
-
-if TYPE_CHECKING:
-    from tidelog.broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +108,7 @@ def decode_txn_batches(data: bytes) -> list[TxnRecord]:
 
 
 class TxnRuntime:
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: TxnHost) -> None:
         self.ctx = ctx
         config = ctx.config
         self.core = TxnCoordinator(TxnConfig(
