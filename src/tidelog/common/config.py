@@ -360,6 +360,8 @@ _BROKER: list[Setting] = [
     # -- client quotas (issue 22; docs/quotas.md)
     Setting("quota.window.num", Type.INT, 11, "Number of samples kept to measure a client's rate against its quota.", _B, False, at_least(2)),
     Setting("quota.window.size.seconds", Type.INT, 1, "Length of each sample of a client's rate against its quota.", _B, False, at_least(1)),
+    Setting("controller.quota.window.num", Type.INT, 11, "Number of samples whose length, times controller.quota.window.size.seconds, bounds the burst of a controller_mutation_rate token bucket (KIP-599).", _B, False, at_least(1)),
+    Setting("controller.quota.window.size.seconds", Type.INT, 1, "Length of each sample of a controller_mutation_rate quota; the bucket holds window.num x window.size.seconds of the quota.", _B, False, at_least(1)),
     # priority tiers (tidelog): a client's tier is its quota entity's tidelog.tier (0 high, 1 medium, 2 low)
     Setting("quota.tier.default", Type.STRING, "medium", "tidelog: tier of a client whose quota entities name none (high, medium, low).", _B, True, one_of("high", "medium", "low")),
     Setting("quota.tier.medium.byte.rate", Type.LONG, 0, "tidelog: bytes/s the medium tier's clients may produce (and, separately, fetch) together on each broker; 0: no tier throttle. Set by `tidelog quotas tier throttle medium`.", _B, True, at_least(0)),
