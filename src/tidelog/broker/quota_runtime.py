@@ -41,10 +41,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import pathlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tidelog.broker.read_throttle import ReadThrottleRuntime
 from tidelog.broker.tier_runtime import TierRuntime
 from tidelog.common.config import BrokerConfig
 from tidelog.metadata.image import ClusterImage
@@ -129,6 +131,14 @@ class QuotaRuntime:
         self._now_ms = now_ms or (lambda: time.monotonic_ns() // 1_000_000)
         self._seen: Mapping[Entity, Mapping[str, float]] | None = None
         self.tiers = TierRuntime(config, registry, self._now_ms)
+        self.cold_reads: ReadThrottleRuntime | None = None  # set by the node, which owns the logs
+
+    async def run(self, log_dirs: Sequence[pathlib.Path]) -> None:
+        """The periodic rules: tier saturation, and cold-read throttling when the node set it up."""
+        tasks = [self.tiers.run(log_dirs)]
+        if self.cold_reads is not None:
+            tasks.append(self.cold_reads.run(log_dirs))
+        await asyncio.gather(*tasks)
 
     def refresh(self, image: ClusterImage) -> int:
         """Follow the image and the window settings; now in ms."""

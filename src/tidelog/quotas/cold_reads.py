@@ -17,7 +17,8 @@ holds is old.
 latency threshold (0: not considered). While over, each interval throttles the next
 ``partitions_per_step`` partitions of the dir with the most cold-read bytes per second (the
 highest-traffic offenders first, only those with cold traffic). It is *recovered* when utilisation
-and latency are both below ``recovery_ratio`` times their thresholds; then every throttle of the dir
+and latency have been below ``recovery_ratio`` times their thresholds for ``recovery_intervals``
+intervals in a row (one quiet sample does not flap the throttles); then every throttle of the dir
 is lifted at once. In between it holds. Hot reads are never throttled, only a throttled partition's
 cold reads, which are held to ``partition_byte_rate`` (0: held entirely) by the broker.
 
@@ -89,6 +90,7 @@ class Thresholds:
     latency_ms: float = 0.0  # 0: latency not considered
     recovery_ratio: float = 0.8
     partitions_per_step: int = 1
+    recovery_intervals: int = 3
 
 
 @dataclass(slots=True)
@@ -97,6 +99,7 @@ class DirThrottle:
 
     over: bool = False
     reason: str = ""
+    calm: int = 0  # consecutive recovered intervals while over
     throttled: dict[TopicPartition, str] = field(default_factory=dict)
 
     def step(self, disk: DiskSample, cold_bps: Mapping[TopicPartition, float], limits: Thresholds) -> list[str]:
@@ -106,7 +109,7 @@ class DirThrottle:
         Returns what changed, for the log."""
         why = self._over(disk, limits)
         if why:
-            self.over, self.reason = True, why
+            self.over, self.reason, self.calm = True, why, 0
             offenders = sorted(((bps, tp) for tp, bps in cold_bps.items() if bps > 0 and tp not in self.throttled),
                                key=lambda item: (-item[0], item[1]))
             changed = []
@@ -114,9 +117,10 @@ class DirThrottle:
                 self.throttled[tp] = f"{why}; cold reads {bps:.0f} B/s"
                 changed.append(f"throttling cold reads of {tp[0]}-{tp[1]}: {self.throttled[tp]}")
             return changed
-        if self.over and self._recovered(disk, limits):
+        self.calm = self.calm + 1 if self.over and self._recovered(disk, limits) else 0
+        if self.calm >= max(1, limits.recovery_intervals):
             lifted = sorted(self.throttled)
-            self.over, self.reason = False, ""
+            self.over, self.reason, self.calm = False, "", 0
             self.throttled.clear()
             note = f"recovered (utilisation {disk.utilisation:.2f}, latency {disk.latency_ms:.1f} ms)"
             return [f"{note}: lifted {', '.join(f'{t}-{p}' for t, p in lifted) or 'nothing'}"]

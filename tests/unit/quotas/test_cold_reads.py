@@ -68,9 +68,22 @@ def test_throttles_hold_between_thresholds_and_lift_together_on_recovery() -> No
     dir_.step(BUSY, {("a", 0): 1e6, ("b", 0): 2e6}, Thresholds(partitions_per_step=2))
     assert len(dir_.throttled) == 2
     assert dir_.step(MIDDLE, {}, Thresholds()) == [] and len(dir_.throttled) == 2
+    assert dir_.step(CALM, {}, Thresholds()) == dir_.step(CALM, {}, Thresholds()) == [], "not yet three calm intervals"
     (note,) = dir_.step(CALM, {}, Thresholds())
     assert dir_.throttled == {} and not dir_.over
     assert note.startswith("recovered") and "a-0, b-0" in note
+
+
+def test_a_busy_interval_restarts_the_count_of_calm_ones() -> None:
+    dir_ = DirThrottle()
+    dir_.step(BUSY, {("a", 0): 1e6}, Thresholds())
+    dir_.step(CALM, {}, Thresholds())
+    dir_.step(CALM, {}, Thresholds())
+    dir_.step(BUSY, {}, Thresholds())
+    for _ in range(2):
+        assert dir_.step(CALM, {}, Thresholds()) == []
+    assert dir_.throttled == {("a", 0): "disk utilisation 0.97 above 0.90; cold reads 1000000 B/s"}
+    assert dir_.step(CALM, {}, Thresholds())[0].startswith("recovered")
 
 
 def test_latency_threshold_counts_only_when_set() -> None:
