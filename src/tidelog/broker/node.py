@@ -29,6 +29,7 @@ from tidelog.broker.group_metrics import consumer_lag, group_counts_by_state
 from tidelog.broker.group_runtime import GroupRuntime
 from tidelog.broker.producer_ids import ProducerIdAllocator
 from tidelog.broker.quota_runtime import QuotaRuntime
+from tidelog.broker.read_throttle import ReadThrottleRuntime
 from tidelog.broker.receive_budget import ReceiveBudget
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.broker.server import Server
@@ -138,6 +139,7 @@ class BrokerNode:
         )
         self.ctx.producer_ids = ProducerIdAllocator(store)
         self.ctx.quotas = QuotaRuntime(self.config, self.obs.metrics.registry)
+        self.ctx.quotas.cold_reads = ReadThrottleRuntime(self.config, self.logs, self.obs.metrics.registry)
         return self.ctx
 
     def _build_security(self, ctx: BrokerContext) -> SecurityService:
@@ -196,7 +198,7 @@ class BrokerNode:
         assert self.logs is not None
         self.logs.start_background()
         if ctx.quotas is not None:
-            self._tier_task = asyncio.create_task(ctx.quotas.tiers.run(self.log_dirs))
+            self._tier_task = asyncio.create_task(ctx.quotas.run(self.log_dirs))
         if self.cluster_store is not None:
             await self._join_cluster(ctx, self.cluster_store)
         listeners = ",".join(f"{e.name}://{e.host}:{e.port}" for e in self.server.bound)

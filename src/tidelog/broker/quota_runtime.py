@@ -22,9 +22,18 @@ Priority tiers (``broker/tier_runtime.py``) come on top: the connection's tier (
 tier's produce request is held (checked every 100 ms) for up to ``quota.tier.pause.hold.ms``, and its
 fetches are answered empty with a throttle of ``PAUSED_FETCH_THROTTLE_MS``.
 
+Controller mutations (KIP-599, ``quotas/mutation.py``): CreateTopics, CreatePartitions and
+DeleteTopics open a ``MutationCharge`` per request (``mutation_charge``), strict or permissive by the
+request's version; the topic admin charges each topic's partitions once the topic passed every
+other check, and the handler takes the charge's throttle time into ``conn.throttle_ms`` (strict:
+refused topics answered THROTTLING_QUOTA_EXCEEDED; permissive: all accepted, the connection muted).
+The bucket's burst is ``controller.quota.window.num`` x ``controller.quota.window.size.seconds``.
+
 Metrics per entity (the tags that share a rate): ``tidelog_client_quota_rate`` (last measured rate),
 ``tidelog_client_quota_bound``, ``tidelog_client_quota_throttle_seconds_total`` and
-``tidelog_client_quota_throttled_total``, labelled ``quota``, ``user`` and ``client_id``.
+``tidelog_client_quota_throttled_total``, labelled ``quota``, ``user`` and ``client_id`` (for
+``controller_mutation_rate`` the rate is partitions mutated per second), and
+``tidelog_controller_mutation_tokens{user,client_id}``: the bucket's tokens (negative: exceeded).
 """
 
 from __future__ import annotations
@@ -32,16 +41,26 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import pathlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tidelog.broker.read_throttle import ReadThrottleRuntime
 from tidelog.broker.tier_runtime import TierRuntime
 from tidelog.common.config import BrokerConfig
 from tidelog.metadata.image import ClusterImage
 from tidelog.observability.registry import Registry
-from tidelog.quotas.entity import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, TIER, Entity
-from tidelog.quotas.manager import QuotaManager, Recorded, resolve
+from tidelog.quotas.entity import (
+    CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    TIER,
+    Entity,
+)
+from tidelog.quotas.manager import QuotaManager, Recorded, Tags, resolve
+from tidelog.quotas.mutation import MutationQuota, is_strict
 from tidelog.quotas.tiers import HIGH, tier_number
 
 # ApiVersions, SaslHandshake, SaslAuthenticate, WriteTxnMarkers: never throttled by request_percentage
@@ -61,6 +80,8 @@ class QuotaMetrics:
         self.bound = registry.gauge("tidelog_client_quota_bound", "The quota an entity's rate is held to.", labels)
         self.throttle = registry.counter("tidelog_client_quota_throttle_seconds_total", "Throttle time given to an entity's clients.", labels)
         self.throttled = registry.counter("tidelog_client_quota_throttled_total", "Responses of an entity that carried a throttle time.", labels)
+        self.tokens = registry.gauge("tidelog_controller_mutation_tokens",
+                                     "Tokens left in an entity's controller_mutation_rate bucket (negative: exceeded).", ("user", "client_id"))
 
     def observe(self, key: str, recorded: Recorded, throttle_ms: int) -> None:
         labels = (key, *recorded.tags)
@@ -69,6 +90,35 @@ class QuotaMetrics:
         if throttle_ms > 0:
             self.throttle.inc(labels, throttle_ms / 1000)
             self.throttled.inc(labels)
+
+
+class MutationCharge:
+    """One CreateTopics/CreatePartitions/DeleteTopics request's controller mutation quota."""
+
+    def __init__(self, runtime: QuotaRuntime, quota: MutationQuota, tags: Tags) -> None:
+        self.runtime = runtime
+        self.quota = quota
+        self.tags = tags
+
+    def admit(self, partitions: int) -> bool:
+        """Charge one topic's partitions; False: refuse it with THROTTLING_QUOTA_EXCEEDED."""
+        now = self.runtime.now_ms()
+        admitted = self.quota.admit(partitions, now)
+        if admitted:
+            rate = self.runtime.manager.sample(CONTROLLER_MUTATION_RATE, self.tags, partitions, now)
+            self.runtime.metrics.rate.set((CONTROLLER_MUTATION_RATE, *self.tags), rate)
+        self.runtime.metrics.tokens.set(self.tags, self.quota.bucket.tokens)
+        return admitted
+
+    def finish(self) -> int:
+        """The request is answered: its throttle time (ms), counted in the metrics."""
+        throttle = self.quota.throttle_ms(self.runtime.now_ms())
+        labels = (CONTROLLER_MUTATION_RATE, *self.tags)
+        self.runtime.metrics.bound.set(labels, self.quota.rate)
+        if throttle > 0:
+            self.runtime.metrics.throttle.inc(labels, throttle / 1000)
+            self.runtime.metrics.throttled.inc(labels)
+        return throttle
 
 
 class QuotaRuntime:
@@ -81,6 +131,14 @@ class QuotaRuntime:
         self._now_ms = now_ms or (lambda: time.monotonic_ns() // 1_000_000)
         self._seen: Mapping[Entity, Mapping[str, float]] | None = None
         self.tiers = TierRuntime(config, registry, self._now_ms)
+        self.cold_reads: ReadThrottleRuntime | None = None  # set by the node, which owns the logs
+
+    async def run(self, log_dirs: Sequence[pathlib.Path]) -> None:
+        """The periodic rules: tier saturation, and cold-read throttling when the node set it up."""
+        tasks = [self.tiers.run(log_dirs)]
+        if self.cold_reads is not None:
+            tasks.append(self.cold_reads.run(log_dirs))
+        await asyncio.gather(*tasks)
 
     def refresh(self, image: ClusterImage) -> int:
         """Follow the image and the window settings; now in ms."""
@@ -101,6 +159,19 @@ class QuotaRuntime:
             return 0
         self.metrics.observe(key, recorded, recorded.throttle_ms)
         return recorded.throttle_ms
+
+    def now_ms(self) -> int:
+        return self._now_ms()
+
+    def mutation_charge(self, image: ClusterImage, api_key: int, api_version: int, principal: str,
+                        client_id: str | None) -> MutationCharge | None:
+        """The controller_mutation_rate charge of one request; None when no quota applies."""
+        if not image.client_quotas:
+            return None
+        now = self.refresh(image)
+        burst_s = self.config.get_int("controller.quota.window.num") * self.config.get_int("controller.quota.window.size.seconds")
+        found = self.manager.mutation_quota(user_of(principal), client_id or "", is_strict(api_key, api_version), burst_s, now)
+        return None if found is None else MutationCharge(self, *found)
 
     def tier_of(self, image: ClusterImage, principal: str, client_id: str | None) -> int:
         if image.client_quotas:

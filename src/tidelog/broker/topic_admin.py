@@ -15,13 +15,18 @@ first replica with every replica in the ISR, and the commit is a compare-and-set
 creation of the same topic loses with TOPIC_ALREADY_EXISTS). A commit that cannot be written (the
 metadata disk is full) changes nothing and answers KAFKA_STORAGE_ERROR, as Kafka answers a failed log dir. Logs are created and deleted by each
 broker's replica manager when the change reaches it through the store's watch.
+
+``admit`` (create, delete, add partitions) is the client's controller_mutation_rate (KIP-599,
+``broker/quota_runtime.py``): called with the partitions a topic creates or deletes once the topic
+passed every other check (validate-only requests too, as Kafka's controller does); False refuses
+the topic with THROTTLING_QUOTA_EXCEEDED and changes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tidelog.common.config import BrokerConfig, Value, parse_topic_configs, resolve_topic_config, with_dynamic
@@ -54,6 +59,10 @@ class Outcome:
 
 def _fail(code: ErrorCode, message: str) -> Outcome:
     return Outcome(code, message)
+
+
+Admit = Callable[[int], bool]
+THROTTLED = Outcome(ErrorCode.THROTTLING_QUOTA_EXCEEDED, "The throttling quota has been exceeded.")
 
 
 class TopicAdmin:
@@ -122,6 +131,7 @@ class TopicAdmin:
         assignments: Sequence[tuple[int, Sequence[int]]] = (),
         configs: Iterable[tuple[str, str | None]] = (),
         validate_only: bool = False,
+        admit: Admit | None = None,
     ) -> Outcome:
         problem = topic_name_problem(name)
         if problem:
@@ -172,6 +182,8 @@ class TopicAdmin:
                 return _fail(exc.code, exc.message)
             assignments = list(enumerate(placed))
         topic = self._placed(name, [r for _, r in sorted(assignments)], overrides)
+        if admit is not None and not admit(len(topic.partitions)):
+            return THROTTLED
         if validate_only:
             return Outcome(topic=topic)
         if name in self.store.image.topics:
@@ -221,12 +233,14 @@ class TopicAdmin:
 
     # -- delete ----------------------------------------------------------------------------------
 
-    async def delete_topic(self, name: str) -> Outcome:
+    async def delete_topic(self, name: str, admit: Admit | None = None) -> Outcome:
         topic = self.store.image.topics.get(name)
         if topic is None:
             return _fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
         if not self.config.get("delete.topic.enable"):
             return _fail(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+        if admit is not None and not admit(len(topic.partitions)):
+            return THROTTLED
         lost = await self._commit(self.store.image.without_topic(name))
         if lost is not None:
             return lost
@@ -238,7 +252,7 @@ class TopicAdmin:
 
     # -- partitions ------------------------------------------------------------------------------
 
-    async def create_partitions(self, name: str, count: int, validate_only: bool) -> Outcome:
+    async def create_partitions(self, name: str, count: int, validate_only: bool, admit: Admit | None = None) -> Outcome:
         topic = self.store.image.topics.get(name)
         if topic is None:
             return _fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
@@ -263,6 +277,8 @@ class TopicAdmin:
             ))
         else:
             grown = add_partitions(topic, count, self.node_id)
+        if admit is not None and not admit(count - current):
+            return THROTTLED
         if validate_only:
             return Outcome(topic=grown)
         lost = await self._commit(self.store.image.with_topic(grown))

@@ -360,6 +360,8 @@ _BROKER: list[Setting] = [
     # -- client quotas (issue 22; docs/quotas.md)
     Setting("quota.window.num", Type.INT, 11, "Number of samples kept to measure a client's rate against its quota.", _B, False, at_least(2)),
     Setting("quota.window.size.seconds", Type.INT, 1, "Length of each sample of a client's rate against its quota.", _B, False, at_least(1)),
+    Setting("controller.quota.window.num", Type.INT, 11, "Number of samples whose length, times controller.quota.window.size.seconds, bounds the burst of a controller_mutation_rate token bucket (KIP-599).", _B, False, at_least(1)),
+    Setting("controller.quota.window.size.seconds", Type.INT, 1, "Length of each sample of a controller_mutation_rate quota; the bucket holds window.num x window.size.seconds of the quota.", _B, False, at_least(1)),
     # priority tiers (tidelog): a client's tier is its quota entity's tidelog.tier (0 high, 1 medium, 2 low)
     Setting("quota.tier.default", Type.STRING, "medium", "tidelog: tier of a client whose quota entities name none (high, medium, low).", _B, True, one_of("high", "medium", "low")),
     Setting("quota.tier.medium.byte.rate", Type.LONG, 0, "tidelog: bytes/s the medium tier's clients may produce (and, separately, fetch) together on each broker; 0: no tier throttle. Set by `tidelog quotas tier throttle medium`.", _B, True, at_least(0)),
@@ -374,6 +376,17 @@ _BROKER: list[Setting] = [
     Setting("quota.tier.auto.low.utilisation", Type.DOUBLE, 0.7, "tidelog: utilisation (0-1) below which tier throttling steps back one level per interval.", _B, True, between(0.0, 1.0)),
     Setting("quota.tier.auto.byte.rate", Type.LONG, 1_048_576, "tidelog: bytes/s a tier throttled for saturation may produce (and fetch) together on the broker.", _B, True, at_least(1)),
     Setting("quota.tier.auto.interval.ms", Type.LONG, 1000, "tidelog: how often utilisation is measured and the saturation level stepped.", _B, False, at_least(10)),
+    # partition-level cold-read throttling from a page-cache estimate (issue 22; docs/quotas.md)
+    Setting("tidelog.read.throttle.enable", Type.BOOLEAN, False, "tidelog: throttle cold reads (older than LEO - MessageInRate x T, T = MemAvailable / disk read+write rate) per partition on a log dir whose disk is over its threshold.", _B, True),
+    Setting("tidelog.read.throttle.interval.ms", Type.LONG, 1000, "tidelog: how often each log dir's disk, memory and partition rates are measured and its throttles stepped.", _B, False, at_least(10)),
+    Setting("tidelog.read.throttle.utilisation.threshold", Type.DOUBLE, 0.9, "tidelog: disk utilisation (0-1, share of time busy in /proc/diskstats) above which a log dir throttles cold reads.", _B, True, between(0.0, 1.0)),
+    Setting("tidelog.read.throttle.latency.threshold.ms", Type.DOUBLE, 0.0, "tidelog: mean disk I/O latency above which a log dir throttles cold reads; 0: latency not considered.", _B, True, at_least(0)),
+    Setting("tidelog.read.throttle.recovery.ratio", Type.DOUBLE, 0.8, "tidelog: a log dir's throttles are lifted once utilisation and latency stay below this fraction of their thresholds (for tidelog.read.throttle.recovery.intervals).", _B, True, between(0.0, 1.0)),
+    Setting("tidelog.read.throttle.recovery.intervals", Type.INT, 3, "tidelog: consecutive intervals below the recovery thresholds before a log dir's throttles are lifted.", _B, True, at_least(1)),
+    Setting("tidelog.read.throttle.partitions.per.step", Type.INT, 1, "tidelog: partitions (heaviest cold readers first) added to a busy log dir's throttled set per interval.", _B, True, at_least(1)),
+    Setting("tidelog.read.throttle.partition.bytes.per.sec", Type.LONG, 1_048_576, "tidelog: cold-read bytes/s a throttled partition may still serve; 0: its cold reads are held entirely while throttled.", _B, True, at_least(0)),
+    Setting("tidelog.read.throttle.residency.check.enable", Type.BOOLEAN, False, "tidelog: check each consumer read's page-cache residency with mincore(2) and count it against the estimate (Linux).", _B, True),
+    Setting("tidelog.read.throttle.procfs.path", Type.STRING, "/proc", "tidelog: where meminfo and diskstats are read from.", _B, False),
     # -- admin APIs answered as a single node (issue 24)
     Setting("max.request.partition.size.limit", Type.INT, 2000, "Most partitions one DescribeTopicPartitions response holds; the rest comes through its cursor.", _B, False, at_least(1)),
 ]

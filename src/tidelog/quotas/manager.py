@@ -19,6 +19,9 @@ dropped (Kafka expires its quota sensors the same way).
 
 Byte rates are bytes per second; ``request_percentage`` is the share of one request-handling
 thread, in percent, measured as handler time (``nanos * 100 / 1e9`` per second, as Kafka records it).
+
+``controller_mutation_rate`` is a token bucket per (tags) instead of a sampled rate (KIP-599,
+``mutation.py``): ``mutation_quota`` hands one request its strict or permissive view of it.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tidelog.quotas.entity import CLIENT_ID, USER, Entity
+from tidelog.quotas.entity import CLIENT_ID, CONTROLLER_MUTATION_RATE, USER, Entity
+from tidelog.quotas.mutation import MutationQuota, TokenBucket
 from tidelog.quotas.rate import SampledRate, throttle_time_ms
 
 Tags = tuple[str, str]  # (user, client-id); "" where the level does not distinguish it
@@ -74,18 +78,27 @@ class QuotaManager:
         self.window_ms = window_ms
         self.quotas: Mapping[Entity, Mapping[str, float]] = {}
         self.rates: dict[tuple[str, Tags], SampledRate] = {}
+        self.buckets: dict[Tags, TokenBucket] = {}
 
     def update(self, quotas: Mapping[Entity, Mapping[str, float]], now_ms: int) -> None:
         self.quotas = quotas
         stale = [k for k, r in self.rates.items() if now_ms - r.last_record_ms > IDLE_EXPIRY_MS]
         for k in stale:
             del self.rates[k]
+        for tags in [t for t, b in self.buckets.items() if now_ms - b.last_ms > IDLE_EXPIRY_MS]:
+            del self.buckets[tags]
 
     def configure_windows(self, samples: int, window_ms: int) -> None:
         """New window settings start every rate afresh (old samples do not fit the new windows)."""
         if (samples, window_ms) != (self.samples, self.window_ms):
             self.samples, self.window_ms = samples, window_ms
             self.rates.clear()
+
+    def sample(self, key: str, tags: Tags, value: float, now_ms: int) -> float:
+        """Add ``value`` to the sampled rate of (key, tags), which no bound applies to; the rate now."""
+        rate = self._rate(key, tags, now_ms)
+        rate.record(value, now_ms)
+        return rate.rate(now_ms)
 
     def _rate(self, key: str, tags: Tags, now_ms: int) -> SampledRate:
         rate = self.rates.get((key, tags))
@@ -116,3 +129,17 @@ class QuotaManager:
         if found is None:
             return None
         return found[2] * (self.samples - 1) * self.window_ms / 1000.0
+
+    def mutation_quota(self, user: str, client_id: str, strict: bool, burst_s: float,
+                       now_ms: int) -> tuple[MutationQuota, Tags] | None:
+        """The connection's controller_mutation_rate bucket for one request (a burst of ``burst_s``
+        seconds of the quota), and who shares it; None when no quota applies."""
+        found = resolve(self.quotas, CONTROLLER_MUTATION_RATE, user, client_id)
+        if found is None:
+            return None
+        _, tags, bound = found
+        burst = bound * burst_s
+        bucket = self.buckets.get(tags)
+        if bucket is None:
+            bucket = self.buckets[tags] = TokenBucket(burst, now_ms)
+        return MutationQuota(bucket, bound, burst, strict), tags

@@ -29,6 +29,11 @@ The rules, Kafka's:
   ``rack_id``, may answer with ``preferred_read_replica`` (an in-sync follower in that rack) and no
   records: the client fetches from there next. Such an answer never waits in the purgatory.
 
+- Cold-read throttling (``broker/read_throttle.py``): a consumer's read of a partition whose cold
+  reads are throttled (its log dir's disk is over its threshold and it is among the heaviest cold
+  readers) gets no data when it is a cold read over the partition's rate, like a KIP-73 throttled
+  partition; hot reads and other partitions are served. Every consumer read is counted cold or hot.
+
 Kafka sends the log slice up to the byte limit, whose last batch may be partial (clients drop it);
 tidelog ends at the last whole batch, found from the offset index without walking the batches before
 it (``storage.segment.LogSegment.read_range``): clients get no bytes they must throw away and fetch
@@ -203,7 +208,7 @@ def _read_all(
             continue
         first_with_data = remaining == max_bytes
         budget = max(0, min(state.max_bytes, remaining))
-        if replica >= 0 and _leader_throttled(ctx, tp, replica):
+        if (replica >= 0 and _leader_throttled(ctx, tp, replica)) or (refused is None and _cold_read_held(ctx, tp, state.fetch_offset)):
             budget, first_with_data = 0, False
         result = _read_partition(
             ctx, tp, state, epochs.get(tp, -1), budget, first_with_data, read_committed,
@@ -268,7 +273,10 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
             # partitions are left as they were, so the next fetch reports them afresh.
             conn.throttle_ms = max(conn.throttle_ms, throttle)
             return FetchResult(version, ErrorCode.NONE, fetch_ctx.response_session_id, [], throttle)
+    cold_reads = ctx.quotas.cold_reads if ctx.quotas is not None and from_consumer else None
     for r in results:
+        if r.size and cold_reads is not None:
+            cold_reads.served(r.tp, r.state.fetch_offset, r.data)
         if r.size:
             ctx.metrics.fetched(r.tp[0], r.size)
         elif r.error is not ErrorCode.NONE:
@@ -311,6 +319,14 @@ def _leader_throttled(ctx: BrokerContext, tp: TopicPartition, replica: int) -> b
         return False
     state = ctx.replicas.leaders.get(tp)
     return throttles.throttled(LEADER, tp, in_sync=state is None or replica in state.isr)
+
+
+def _cold_read_held(ctx: BrokerContext, tp: TopicPartition, fetch_offset: int) -> bool:
+    cold_reads = ctx.quotas.cold_reads if ctx.quotas is not None else None
+    if cold_reads is None:
+        return False
+    pl = ctx.logs.get_log(*tp)
+    return pl is not None and cold_reads.held(tp, pl, fetch_offset)
 
 
 def _unreadable(ctx: BrokerContext, conn: ConnectionInfo, request: Any, tps: list[TopicPartition]) -> frozenset[str]:

@@ -1,4 +1,10 @@
-"""CreateTopics, DeleteTopics and CreatePartitions."""
+"""CreateTopics, DeleteTopics and CreatePartitions.
+
+Each request is charged to the client's ``controller_mutation_rate`` (KIP-599): the topic admin
+charges each topic's partitions once the topic passed every other check (``admit``), refused topics
+are answered THROTTLING_QUOTA_EXCEEDED (strict versions), and the charge's throttle time goes into
+``conn.throttle_ms``, which the server writes into the response and mutes the connection for.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ from tidelog.broker.authz import (
 )
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.handlers.configs import topic_config_entries
+from tidelog.broker.quota_runtime import MutationCharge
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.errors import ErrorCode
 from tidelog.protocol.headers import RequestHeader
@@ -26,8 +33,20 @@ log = logging.getLogger(__name__)
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 
 
+def _charge(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader) -> MutationCharge | None:
+    if ctx.quotas is None:
+        return None
+    return ctx.quotas.mutation_charge(ctx.image, header.api_key, header.api_version, conn.principal, conn.client_id)
+
+
+def _throttle(conn: ConnectionInfo, charge: MutationCharge | None) -> None:
+    if charge is not None:
+        conn.throttle_ms = max(conn.throttle_ms, charge.finish())
+
+
 async def create_topics(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
     b = builder(CREATE_TOPICS, header.api_version)
+    charge = _charge(ctx, conn, header)
     names = [t.name for t in request.topics]
     duplicates = {n for n in names if names.count(n) > 1}
     results = []
@@ -61,6 +80,7 @@ async def create_topics(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
             [(a.partition_index, a.broker_ids) for a in topic.assignments],
             [(c.name, c.value) for c in topic.configs],
             request.validate_only,
+            charge.admit if charge is not None else None,
         )
         created = outcome.topic
         configs: tuple[Any, ...] = ()
@@ -88,11 +108,13 @@ async def create_topics(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
                 topic_config_error_code=config_error,
             )
         )
+    _throttle(conn, charge)
     return b.make("CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
 async def delete_topics(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
     b = builder(DELETE_TOPICS, header.api_version)
+    charge = _charge(ctx, conn, header)
     if hasattr(request, "topic_names"):
         wanted = [(name, None) for name in request.topic_names]
     else:
@@ -121,7 +143,7 @@ async def delete_topics(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
         if topic is not None and topic.is_internal:
             error, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Internal topics cannot be deleted"
         else:
-            outcome = await ctx.topics.delete_topic(name)
+            outcome = await ctx.topics.delete_topic(name, charge.admit if charge is not None else None)
             error, message = outcome.error, outcome.message
             if outcome.ok:
                 ctx.purgatory.notify_all()
@@ -132,11 +154,13 @@ async def delete_topics(ctx: BrokerContext, conn: ConnectionInfo, header: Reques
                 error_code=error, error_message=message,
             )
         )
+    _throttle(conn, charge)
     return b.make("DeleteTopicsResponse", throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
 async def create_partitions(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader, request: Any) -> Any:
     b = builder(CREATE_PARTITIONS, header.api_version)
+    charge = _charge(ctx, conn, header)
     results = []
     denied = denied_topics(ctx, conn, (t.name for t in request.topics), Op.ALTER)
     for topic in request.topics:
@@ -147,9 +171,11 @@ async def create_partitions(ctx: BrokerContext, conn: ConnectionInfo, header: Re
         elif bad:
             error, message = ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unknown broker {bad[0]} in the assignment."
         else:
-            outcome = await ctx.topics.create_partitions(topic.name, topic.count, request.validate_only)
+            outcome = await ctx.topics.create_partitions(topic.name, topic.count, request.validate_only,
+                                                         charge.admit if charge is not None else None)
             error, message = outcome.error, outcome.message
         results.append(
             b.make("CreatePartitionsTopicResult", name=topic.name, error_code=error, error_message=message)
         )
+    _throttle(conn, charge)
     return b.make("CreatePartitionsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
