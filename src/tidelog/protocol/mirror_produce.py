@@ -18,7 +18,10 @@ is flexible (compact strings, tagged fields, request header v2, response header 
       timeout_ms      int32            how long an acks=-1 answer may wait for replication
       topics          [ name compact string,
                         partitions [ index int32,
+                                     log_start_offset int64,
                                      records compact nullable bytes ] ]
+                      log_start_offset: the source partition's log start (-1: unknown); the
+                      destination's log start follows it up, as a follower's follows its leader's
                       records: whole v2 batches, base offsets as on the source, in offset order;
                       null asks only for the partition's log end offset (nothing is written)
 
@@ -61,6 +64,7 @@ class MirrorPartitionData:
     __api_key__: ClassVar[i16] = i16(MIRROR_PRODUCE_KEY)
     __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
     index: i32 = field(metadata=_int("int32"))
+    log_start_offset: i64 = field(metadata=_int("int64"), default=i64(-1))
     records: Records | None = field(metadata=_int("records"))
 
 

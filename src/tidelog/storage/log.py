@@ -751,7 +751,9 @@ class PartitionLog:
                 expected = header.next_offset
             return self._append_at_offsets(buf, headers, None, _now_ms() if now_ms is None else now_ms)
 
-    def append_at_source_offsets(self, records: Buffer, *, leader_epoch: int, now_ms: int) -> tuple[AppendInfo, int]:
+    def append_at_source_offsets(
+        self, records: Buffer, *, leader_epoch: int, now_ms: int, source_log_start: int = -1
+    ) -> tuple[AppendInfo, int]:
         """Append a mirror's batches at the offsets they carry (``offsets=preserve``, source_offsets.py).
 
         As a follower append (no producer checks; producer state, the transaction index and the
@@ -759,8 +761,9 @@ class PartitionLog:
         stamped with this leader's ``leader_epoch``, as if it had written them: the source's epochs
         mean nothing here, and this cluster's followers truncate by this cluster's epochs. Batches
         wholly below the log end are duplicates, acknowledged and not written; a straddling batch or
-        disordered offsets raise INVALID_RECORD. An empty log restarts at the first batch's offset,
-        so a source that starts at 1000 gives a destination that starts at 1000.
+        disordered offsets raise INVALID_RECORD. An empty log restarts where the source's log starts
+        (``source_log_start``, or the first batch's offset when unknown or past it), so a source that
+        starts at 1000 gives a destination that starts at 1000.
         Returns (what was appended, or the duplicates' span with ``duplicate`` set; duplicates).
         """
         buf = bytearray(records)
@@ -775,8 +778,9 @@ class PartitionLog:
                                   sum(h.records_count for h, _ in headers), True,
                                   -1, -1, False), decision.duplicates
             kept = headers[decision.duplicates:]
-            if decision.gap and self.log_start_offset == leo:
-                self.truncate_fully_and_start_at(decision.first_offset)
+            restart = decision.first_offset if not 0 <= source_log_start <= decision.first_offset else source_log_start
+            if decision.gap and self.log_start_offset == leo and restart > leo:
+                self.truncate_fully_and_start_at(restart)
             for _, position in kept:
                 set_partition_leader_epoch(buf, position, leader_epoch)
             start = kept[0][1]

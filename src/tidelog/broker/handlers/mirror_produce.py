@@ -24,7 +24,9 @@ The append is a follower's (``PartitionLog.append_at_source_offsets``): no seque
 state, transaction index and last stable offset kept from every batch, control batches included,
 and each batch stamped with this leader's epoch. With acks=-1 the answer waits for the high watermark
 to pass the request's last batch, duplicates included (a retry must not be acknowledged before the
-first attempt's copy is replicated). Null records only ask for the partition's offsets.
+first attempt's copy is replicated). Null records only ask for the partition's offsets. The
+destination's log start follows the source's (``log_start_offset`` in the request), as a follower's
+follows its leader's: DeleteRecords up to it, never past the high watermark.
 """
 
 from __future__ import annotations
@@ -110,8 +112,9 @@ def _append(ctx: BrokerContext, conn: ConnectionInfo, req: _Request, topic: str,
         out.plog = plog
         if pdata.records is None:
             return out
+        source_start = pdata.log_start_offset
         info, out.duplicates = plog.append_at_source_offsets(pdata.records, leader_epoch=leader_epoch,
-                                                             now_ms=ctx.now_ms())
+                                                             now_ms=ctx.now_ms(), source_log_start=source_start)
         if not info.duplicate:
             if replicas is not None:
                 replicas.appended((topic, pdata.index), plog)
@@ -121,6 +124,9 @@ def _append(ctx: BrokerContext, conn: ConnectionInfo, req: _Request, topic: str,
             ctx.metrics.produced(topic, len(pdata.records), info.record_count)
         if req.acks == -1 and replicas is not None:
             out.required = min(info.last_offset + 1, plog.log_end_offset)
+        if plog.log_start_offset < source_start:
+            # the source's retention or DeleteRecords moved its start: follow it, up to what is replicated
+            plog.delete_records_before(min(source_start, plog.high_watermark))
     except KafkaError as exc:
         out.error, out.message = exc.code, exc.message or None
         if exc.code is ErrorCode.KAFKA_STORAGE_ERROR:
