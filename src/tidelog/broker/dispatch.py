@@ -22,6 +22,7 @@ from tidelog.broker.handlers import (
     fetch,
     groups,
     log_dirs,
+    mirror_produce,
     offsets,
     produce,
     reassignments,
@@ -103,6 +104,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.LIST_CONFIG_RESOURCES: admin_describe.list_config_resources,
     ApiKey.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe_client_quotas,
     ApiKey.ALTER_CLIENT_QUOTAS: client_quotas.alter_client_quotas,
+    ApiKey.MIRROR_PRODUCE: mirror_produce.mirror_produce,  # tidelog's own key (protocol/mirror_produce.py)
 }
 
 

@@ -12,6 +12,7 @@ the docs never drift from the code.
 from __future__ import annotations
 
 import enum
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -187,6 +188,12 @@ def _replica_selector(value: Value) -> str | None:
     return f"tidelog knows {RACK_AWARE_SELECTOR} (nearest-replica reads) or empty (the leader serves every read)"
 
 
+def _link_name(value: Value) -> str | None:
+    if value is None or (isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,100}", value)):
+        return None
+    return "expected a mirror link name: letters, digits, '.', '_' and '-'"
+
+
 def _positive(value: Value) -> str | None:
     assert isinstance(value, int | float)
     return None if value > 0 else "must be larger than 0"
@@ -236,6 +243,8 @@ _TOPIC: list[Setting] = [
     Setting("remote.log.delete.on.disable", Type.BOOLEAN, False, "Delete remote data when tiering is disabled (accepted, not applied).", _T, True),
     # tidelog's own (docs/cluster.md#placement-policies): how new partitions of the topic are placed.
     Setting("placement.policy", Type.STRING, "rack-aware", "tidelog: how the topic's new partitions are placed in a cluster: rack-aware (Kafka's round robin over racks) or consistent-hash (a ring weighted by broker.weight, stable as brokers come and go). Changing it affects partitions added later.", _T, True, one_of(*PLACEMENT_POLICIES), "placement.policy"),
+    # tidelog's own (docs/mirror.md#offset-preserving-mode): the mirror link that alone writes the topic.
+    Setting("mirror.source", Type.STRING, None, "tidelog: the mirror link (offsets=preserve) that writes this topic at its source offsets. While set, only that link's MirrorProduce requests append to the topic and ordinary produce is refused with INVALID_REQUEST; remove it to make the topic writable again (for example when writers move here).", _T, True, _link_name),
 ]
 
 _BROKER: list[Setting] = [

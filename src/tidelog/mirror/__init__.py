@@ -25,9 +25,16 @@ Kafka. Design (docs/mirror.md says more):
 - **Bounded memory.** One byte budget per process, shared by every partition, fair between them
   (budget.py): no per-partition buffers.
 
+- **Offsets preserved** (``offsets = "preserve"``, tidelog destinations only; preserve.py): whole
+  batches, control batches included, are written at their source offsets with tidelog's MirrorProduce
+  request; the position is the destination's log end offset, and the destination acknowledges
+  without writing any batch below it, so a restart or retry never writes twice. No transactions,
+  checkpoints or link group in that mode.
+
 Modules: config.py (TOML), position.py (checkpoints, shards, translation: pure), budget.py (pure),
 topics.py (destination topics follow the source), shard.py (a shard's producer and positions),
-copier.py (the loop), metrics.py, app.py (process + HTTP), status.py, translate.py.
+copier.py (the loop), metrics.py, app.py (process + HTTP), status.py, translate.py; preserve.py and
+batches.py (pure) for offsets = "preserve".
 """
 
 from tidelog.mirror.config import MirrorConfig, TopicRule, load_config, parse_config

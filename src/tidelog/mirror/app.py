@@ -14,6 +14,7 @@ import threading
 from tidelog.mirror.config import MirrorConfig
 from tidelog.mirror.copier import Mirror
 from tidelog.mirror.metrics import MirrorMetrics
+from tidelog.mirror.preserve import PreservingMirror
 from tidelog.web.app import create_app
 from tidelog.web.server import ListenerConfig, serve
 
@@ -25,7 +26,7 @@ def listener_of(listen: str) -> ListenerConfig:
     return ListenerConfig(host.strip("[]") or "127.0.0.1", int(port))
 
 
-def _serve_http(mirror: Mirror, listen: str, stop: threading.Event, bound: threading.Event) -> None:
+def _serve_http(mirror: Mirror | PreservingMirror, listen: str, stop: threading.Event, bound: threading.Event) -> None:
     def ready() -> tuple[bool, str]:
         return (True, "") if mirror.joined.is_set() else (False, "not in the link group yet")
 
@@ -45,9 +46,9 @@ def _serve_http(mirror: Mirror, listen: str, stop: threading.Event, bound: threa
         bound.set()
 
 
-def run(config: MirrorConfig, stop: threading.Event) -> Mirror:
+def run(config: MirrorConfig, stop: threading.Event) -> Mirror | PreservingMirror:
     """Start the link's process and copy until ``stop`` is set; returns the stopped mirror."""
-    mirror = Mirror(config, MirrorMetrics())
+    mirror = PreservingMirror(config, MirrorMetrics()) if config.preserves_offsets else Mirror(config, MirrorMetrics())
     if config.metrics_listen:
         bound = threading.Event()
         threading.Thread(target=_serve_http, args=(mirror, config.metrics_listen, stop, bound),

@@ -15,6 +15,7 @@
     config.exclude = ["min.insync.replicas"]  # topic configs never copied (added to the built-in list)
     start = "earliest"             # where a partition with no checkpoint starts: earliest or latest
     metrics.listen = "127.0.0.1:9750"  # /metrics and /healthz ("" = no HTTP listener)
+    offsets = "translate"          # or "preserve": records keep their source offsets (tidelog destination)
 
     [topics]
     include = ["orders", "dc1\\..*"]   # regular expressions, matched against the whole name
@@ -32,6 +33,9 @@
 The source and destination tables are handed to librdkafka as they are, minus the keys the mirror
 sets itself (transactional.id, isolation.level, group.id, enable.idempotence, enable.auto.commit):
 those are refused with a message. Internal topics (names starting ``__``) are never mirrored.
+
+``offsets = "preserve"`` (preserve.py) reads and writes with tidelog's own Kafka-protocol connection,
+plain TCP: a ``security.protocol`` other than PLAINTEXT is refused for it, with the key named.
 """
 
 from __future__ import annotations
@@ -52,7 +56,9 @@ _RESERVED_CLIENT = ("transactional.id", "isolation.level", "group.id", "enable.i
 BUILTIN_CONFIG_EXCLUDE = frozenset({
     "leader.replication.throttled.replicas", "follower.replication.throttled.replicas", "min.insync.replicas",
     "unclean.leader.election.enable", "confluent.placement.constraints", "remote.storage.enable",
+    "mirror.source",
 })
+OFFSET_MODES = ("translate", "preserve")
 _INTS = {"shards": (16, 1), "budget.bytes": (64 << 20, 1 << 20), "transaction.interval.ms": (500, 10),
          "metadata.refresh.ms": (10_000, 100), "session.timeout.ms": (10_000, 500),
          "transaction.timeout.ms": (60_000, 1000)}
@@ -94,6 +100,11 @@ class MirrorConfig:
     config_exclude: frozenset[str] = BUILTIN_CONFIG_EXCLUDE
     start: str = "earliest"
     metrics_listen: str = ""
+    offsets: str = "translate"
+
+    @property
+    def preserves_offsets(self) -> bool:
+        return self.offsets == "preserve"
 
     @property
     def link_topic(self) -> str:
@@ -159,7 +170,7 @@ def parse_config(document: Mapping[str, Any]) -> MirrorConfig:
         raise ConfigError(f"{sorted(unknown)[0]}: unknown section (expected link, topics, source, destination)")
     link = flatten(document.get("link", {}))
     allowed = {"name", "offset.header", "replication.factor", "sync.configs", "config.exclude", "start",
-               "metrics.listen", *_INTS}
+               "metrics.listen", "offsets", *_INTS}
     if set(link) - allowed:
         raise ConfigError(f"link.{sorted(set(link) - allowed)[0]}: unknown setting")
     name = text("link.", "name", link.get("name"))
@@ -183,10 +194,20 @@ def parse_config(document: Mapping[str, Any]) -> MirrorConfig:
     if not isinstance(listen, str) or (listen and not re.fullmatch(r"\[?[^\]]*\]?:\d{1,5}", listen)):
         raise ConfigError(f"link.metrics.listen: expected HOST:PORT or \"\", got {listen!r}")
     exclude = strings("link.", "config.exclude", link["config.exclude"]) if link.get("config.exclude") else ()
+    offsets = link.get("offsets", "translate")
+    if offsets not in OFFSET_MODES:
+        raise ConfigError(f"link.offsets: expected translate or preserve, got {offsets!r}")
+    source = _cluster("source", document.get("source"))
+    destination = _cluster("destination", document.get("destination"))
+    if offsets == "preserve":
+        for side, settings in (("source", source), ("destination", destination)):
+            protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
+            if protocol != "PLAINTEXT":
+                raise ConfigError(f"{side}.security.protocol: {protocol} is not supported with link.offsets = "
+                                  "\"preserve\" yet (plain TCP only)")
     return MirrorConfig(
         name=name, topics=_topics(document.get("topics")),
-        source=_cluster("source", document.get("source")),
-        destination=_cluster("destination", document.get("destination")),
+        source=source, destination=destination, offsets=offsets,
         offset_header=header, replication_factor=rf, sync_configs=sync,
         config_exclude=BUILTIN_CONFIG_EXCLUDE | frozenset(exclude), start=start, metrics_listen=listen, **ints)
 

@@ -51,6 +51,12 @@ class MirrorMetrics:
         self.records.inc(labels)
         self.bytes.inc(labels, size)
 
+    def copied(self, topic: str, partition: int, records: int, size: int) -> None:
+        """Whole batches written at their source offsets (offsets = "preserve": sizes are batch bytes)."""
+        labels = self._label(topic, partition)
+        self.records.inc(labels, records)
+        self.bytes.inc(labels, size)
+
     def observe(self, state: PartitionState, now_s: float) -> None:
         labels = self._label(state.topic, state.partition)
         position = state.committed.next if state.committed is not None else 0

@@ -12,6 +12,10 @@ deleted. A destination topic with fewer partitions is grown; one with more is re
 alone (partition n of the source always goes to partition n of the destination).
 Several mirror processes of one link run this concurrently; every step is idempotent
 (TOPIC_ALREADY_EXISTS and INVALID_PARTITIONS for an already-grown topic are not errors).
+
+With ``offsets = "preserve"`` a created topic gets ``mirror.source=<link>``: the destination broker
+then takes writes for it only from this link's MirrorProduce and refuses ordinary produce. The key is
+never copied nor deleted by the config sync (it is in the built-in exclusions).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from tidelog.mirror.config import MirrorConfig
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 30.0
+MIRROR_SOURCE = "mirror.source"
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,10 @@ def plan(config: MirrorConfig, source: Mapping[str, TopicState], dest: Mapping[s
         wanted = {k: v for k, v in state.configs.items() if k not in config.config_exclude}
         have = dest.get(target)
         if have is None:
-            out.create[target] = TopicState(state.partitions, wanted if config.sync_configs else {})
+            configs = dict(wanted) if config.sync_configs else {}
+            if config.preserves_offsets:
+                configs[MIRROR_SOURCE] = config.name  # only this link may write it (offsets=preserve)
+            out.create[target] = TopicState(state.partitions, configs)
             continue
         if have.partitions < state.partitions:
             out.grow[target] = state.partitions

@@ -18,8 +18,9 @@ import io
 import struct
 from typing import Any, TypeVar
 
-from kio.index import load_response_schema
 from kio.serial import entity_reader, entity_writer
+
+from tidelog.protocol.apis import response_schema
 
 T = TypeVar("T")
 _SIZE = struct.Struct(">i")
@@ -65,7 +66,7 @@ class KafkaConnection:
         except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             self.close()
             raise BrokerUnreachable(f"broker at {self.host}:{self.port}: {exc or type(exc).__name__}") from None
-        response_type = load_response_schema(request.__api_key__, request.__version__)
+        response_type = response_schema(request.__api_key__, request.__version__)
         try:
             header, offset = entity_reader(response_type.__header_schema__)(frame, 0)
             body, _size = entity_reader(response_type)(frame, offset)

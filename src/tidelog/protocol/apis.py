@@ -17,6 +17,7 @@ from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 
+from tidelog.protocol import mirror_produce
 from tidelog.protocol.errors import UnknownApiKey
 
 
@@ -76,6 +77,8 @@ class ApiKey(enum.IntEnum):
     CONSUMER_GROUP_DESCRIBE = 69
     LIST_CONFIG_RESOURCES = 74
     DESCRIBE_TOPIC_PARTITIONS = 75
+    # tidelog's own, outside Kafka's range (protocol/mirror_produce.py)
+    MIRROR_PRODUCE = mirror_produce.MIRROR_PRODUCE_KEY
 
 
 ACCEPTED: dict[ApiKey, tuple[int, int]] = {
@@ -133,6 +136,12 @@ ACCEPTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.LIST_CONFIG_RESOURCES: (0, 1),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
+    ApiKey.MIRROR_PRODUCE: mirror_produce.VERSIONS,
+}
+
+# Keys that are not Kafka's: their schemas are tidelog's, in kio's format, not kio's.
+_EXTENSIONS: dict[int, tuple[type[Any], type[Any]]] = {
+    mirror_produce.MIRROR_PRODUCE_KEY: (mirror_produce.MirrorProduceRequest, mirror_produce.MirrorProduceResponse),
 }
 
 # Advertised below the accepted minimum: Kafka 4 does the same for Produce (KAFKA-18659).
@@ -190,13 +199,29 @@ def is_flexible(key: int, version: int) -> bool:
 def request_class(key: int, version: int) -> type[Any]:
     """kio's request dataclass for this key and version (a supported pair only)."""
     _require_supported(key, version)
-    return load_request_schema(key, version)
+    return request_schema(key, version)
 
 
 @functools.cache
 def response_class(key: int, version: int) -> type[Any]:
     """kio's response dataclass for this key and version (a supported pair only)."""
     _require_supported(key, version)
+    return response_schema(key, version)
+
+
+def request_schema(key: int, version: int) -> type[Any]:
+    """The request schema of any key kio or tidelog knows, served or not (clients' side)."""
+    extension = _EXTENSIONS.get(key)
+    if extension is not None:
+        return extension[0]
+    return load_request_schema(key, version)
+
+
+def response_schema(key: int, version: int) -> type[Any]:
+    """The response schema of any key kio or tidelog knows, served or not (clients' side)."""
+    extension = _EXTENSIONS.get(key)
+    if extension is not None:
+        return extension[1]
     return load_response_schema(key, version)
 
 

@@ -67,6 +67,7 @@ from tidelog.protocol.records import (
     set_log_append_time,
     set_partition_leader_epoch,
 )
+from tidelog.storage import source_offsets
 from tidelog.storage.checkpoint import CheckpointError
 from tidelog.storage.damage import DamagedRange, read_damage, write_damage
 from tidelog.storage.leader_epoch import LeaderEpochCache
@@ -748,32 +749,84 @@ class PartitionLog:
                     raise KafkaError(ErrorCode.INVALID_RECORD,
                                      f"follower batch at {header.base_offset} is below {expected}")
                 expected = header.next_offset
-            now = _now_ms() if now_ms is None else now_ms
-            first = headers[0][0].base_offset
-            if first > self.log_end_offset:
-                self.roll(now_ms=now, start_offset=first)
-            else:
-                span = headers[-1][0].next_offset - self.active_segment.base_offset
-                self._maybe_roll(len(buf), span - (self.log_end_offset - self.active_segment.base_offset), now,
-                                 max(h.max_timestamp for h, _ in headers))
-            infos = [BatchInfo(p, h.size, h.base_offset, h.last_offset, h.max_timestamp) for h, p in headers]
-            seg = self.active_segment
-            start_position = seg.size
-            try:
-                seg.append([buf], infos, self.config.index_interval_bytes)
-            except OSError as exc:
-                raise self._io_failed(exc, "append") from exc
-            for header, position in headers:
+            return self._append_at_offsets(buf, headers, None, _now_ms() if now_ms is None else now_ms)
+
+    def append_at_source_offsets(
+        self, records: Buffer, *, leader_epoch: int, now_ms: int, source_log_start: int = -1
+    ) -> tuple[AppendInfo, int]:
+        """Append a mirror's batches at the offsets they carry (``offsets=preserve``, source_offsets.py).
+
+        As a follower append (no producer checks; producer state, the transaction index and the
+        last stable offset follow every batch, control batches included), but the batches are
+        stamped with this leader's ``leader_epoch``, as if it had written them: the source's epochs
+        mean nothing here, and this cluster's followers truncate by this cluster's epochs. Batches
+        wholly below the log end are duplicates, acknowledged and not written; a straddling batch or
+        disordered offsets raise INVALID_RECORD. An empty log restarts where the source's log starts
+        (``source_log_start``, or the first batch's offset when unknown or past it), so a source that
+        starts at 1000 gives a destination that starts at 1000.
+        Returns (what was appended, or the duplicates' span with ``duplicate`` set; duplicates).
+        """
+        buf = bytearray(records)
+        headers = list(iter_batches(buf, validate=True))
+        spans = [(h.base_offset, h.last_offset) for h, _ in headers]
+        with self._lock:
+            self._check_online()
+            leo = self.log_end_offset
+            decision = source_offsets.decide(spans, leo)
+            if not decision.writes:
+                return AppendInfo(spans[0][0], spans[-1][1], -1, self.log_start_offset,
+                                  sum(h.records_count for h, _ in headers), True,
+                                  -1, -1, False), decision.duplicates
+            kept = headers[decision.duplicates:]
+            restart = decision.first_offset if not 0 <= source_log_start <= decision.first_offset else source_log_start
+            if decision.gap and self.log_start_offset == leo and restart > leo:
+                self.truncate_fully_and_start_at(restart)
+            for _, position in kept:
+                set_partition_leader_epoch(buf, position, leader_epoch)
+            start = kept[0][1]
+            view = memoryview(buf)[start:]
+            kept = [(h, p - start) for h, p in kept]
+            return self._append_at_offsets(view, kept, leader_epoch, now_ms), decision.duplicates
+
+    def _append_at_offsets(
+        self, buf: Buffer, headers: list[tuple[BatchHeader, int]], leader_epoch: int | None, now: int
+    ) -> AppendInfo:
+        """Write ``buf`` (whole batches whose offsets are final, at or past the log end) under the lock.
+
+        A gap in offsets stays inside the active segment (segments may skip offsets, as compacted
+        ones do); a new segment starts at the first batch only when the active one is empty or the
+        gap would overflow its relative offsets. ``leader_epoch`` None: each batch's own epoch goes
+        to the leader-epoch cache (replication)."""
+        first = headers[0][0].base_offset
+        last_offset = headers[-1][0].last_offset
+        active = self.active_segment
+        if first > self.log_end_offset and (active.size == 0
+                                            or last_offset - active.base_offset > _MAX_RELATIVE_OFFSET):
+            self.roll(now_ms=now, start_offset=first)
+        else:
+            span = last_offset + 1 - self.log_end_offset
+            self._maybe_roll(len(buf), span, now, max(h.max_timestamp for h, _ in headers))
+        infos = [BatchInfo(p, h.size, h.base_offset, h.last_offset, h.max_timestamp) for h, p in headers]
+        seg = self.active_segment
+        start_position = seg.size
+        try:
+            seg.append([buf], infos, self.config.index_interval_bytes)
+        except OSError as exc:
+            raise self._io_failed(exc, "append") from exc
+        if leader_epoch is not None:
+            self.epoch_cache.assign(leader_epoch, first)
+        for header, position in headers:
+            if leader_epoch is None:
                 self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-                aborted = self._apply_producer(seg, header, start_position + position)
-                if aborted is not None:
-                    seg.txn_index.append(aborted)
-            if self.hw_follows_leo:
-                self._high_watermark = self.log_end_offset
-            count = sum(h.records_count for h, _ in headers)
-            max_h = max((h for h, _ in headers), key=lambda h: h.max_timestamp)
-            return AppendInfo(first, headers[-1][0].last_offset, -1, self.log_start_offset, count, False,
-                              max_h.max_timestamp, max_h.base_offset, self._note_appended(count, now))
+            aborted = self._apply_producer(seg, header, start_position + position)
+            if aborted is not None:
+                seg.txn_index.append(aborted)
+        if self.hw_follows_leo:
+            self._high_watermark = self.log_end_offset
+        count = sum(h.records_count for h, _ in headers)
+        max_h = max((h for h, _ in headers), key=lambda h: h.max_timestamp)
+        return AppendInfo(first, last_offset, -1, self.log_start_offset, count, False,
+                          max_h.max_timestamp, max_h.base_offset, self._note_appended(count, now))
 
     # -- rolling --------------------------------------------------------------------------------
 

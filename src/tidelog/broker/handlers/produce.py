@@ -12,6 +12,9 @@ refused with NOT_ENOUGH_REPLICAS before the append when the ISR is smaller than
 ``min.insync.replicas``, and its answer waits until the high watermark passes the batch: every ISR
 member holds it (REQUEST_TIMED_OUT after the request's ``timeout_ms``;
 NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below the minimum meanwhile).
+
+A topic whose ``mirror.source`` is set is written only by that mirror link's MirrorProduce
+(handlers/mirror_produce.py): Produce to it is refused with INVALID_REQUEST and a message saying so.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from tidelog.broker.authz import (
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.handlers import inflation, transactions
 from tidelog.broker.handlers.common import partition_log
+from tidelog.broker.handlers.mirror_produce import MIRROR_SOURCE, mirror_link_of
 from tidelog.broker.quota_runtime import PAUSED_FETCH_THROTTLE_MS
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.errors import ErrorCode, KafkaError, RecordValidationError
@@ -57,7 +61,7 @@ NO_LOG_START = frozenset({
 
 
 def _append_one(
-    ctx: BrokerContext, conn: ConnectionInfo, topic: str, pdata: Any, acks: int, denied: ErrorCode | None,
+    ctx: BrokerContext, conn: ConnectionInfo, topic: str, pdata: Any, acks: int, denied: ErrorCode | KafkaError | None,
     to_flush: list[PartitionLog], woken: list[bool], replicated: list[tuple[int, int]],
     prepared: PreparedAppend | KafkaError | None = None,
 ) -> ProducePartitionResult:
@@ -69,7 +73,7 @@ def _append_one(
     record_errors: tuple[tuple[int, str | None], ...] = ()
     try:
         if denied is not None:
-            raise KafkaError(denied)
+            raise denied if isinstance(denied, KafkaError) else KafkaError(denied)
         if acks not in VALID_ACKS:
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
         records = pdata.records
@@ -163,17 +167,21 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
     txn_denied = transactional_id is not None and not authorize(ctx, conn, Op.WRITE, TRANSACTIONAL_ID, transactional_id)
     for topic_data in request.topic_data:
         name = _topic_name(ctx, topic_data)
-        denied: ErrorCode | None = None
+        denied: ErrorCode | KafkaError | None = None
         if txn_denied:
             denied = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         elif name is None:
             denied = ErrorCode.UNKNOWN_TOPIC_ID
         elif not authorize(ctx, conn, Op.WRITE, TOPIC, name):
             denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif (link := mirror_link_of(ctx, name)) is not None:
+            denied = KafkaError(ErrorCode.INVALID_REQUEST,
+                                f"topic {name} is a mirror destination written only by mirror link {link} "
+                                f"({MIRROR_SOURCE}); remove {MIRROR_SOURCE} to produce to it")
         partitions = []
         replicated: list[tuple[int, int]] = []
         for pdata in topic_data.partition_data:
-            refused = denied
+            refused: ErrorCode | KafkaError | None = denied
             if transactional_id is not None and refused is None:
                 refused = _unverified_txn(ctx, transactional_id, name or "", pdata)
             # Batches that must be inflated are validated on a worker thread first (inflation.py).
