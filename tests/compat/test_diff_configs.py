@@ -99,6 +99,7 @@ def scenario_alter_configs(b: Broker) -> None:
     create_topic(b, name, 1, {"retention.ms": "3600000", "cleanup.policy": "compact"})
     alter_configs(b, "validate only", TOPIC_RESOURCE, name, {"segment.ms": "60000"}, validate_only=True)
     alter_configs(b, "set segment.ms", TOPIC_RESOURCE, name, {"segment.ms": "60000"})
+    b.wait_until("the new set is described", lambda: _value(b, TOPIC_RESOURCE, name, "segment.ms") == "60000")
     describe_configs(b, "after", TOPIC_RESOURCE, name, ["retention.ms", "cleanup.policy", "segment.ms"])
     alter_configs(b, "unknown key", TOPIC_RESOURCE, name, {"no.such.key": "1"})
     alter_configs(b, "bad value", TOPIC_RESOURCE, name, {"retention.ms": "soon"})
@@ -115,11 +116,14 @@ def scenario_incremental_alter_configs(b: Broker) -> None:
     create_topic(b, name, 1)
     incremental_alter_configs(b, "set retention.ms", TOPIC_RESOURCE, name, [("retention.ms", SET, "7200000")])
     incremental_alter_configs(b, "append cleanup.policy", TOPIC_RESOURCE, name, [("cleanup.policy", APPEND, "compact")])
+    # Kafka answers once its controller committed the change; its broker applies it a moment later.
+    b.wait_until("the append is described", lambda: _value(b, TOPIC_RESOURCE, name, "cleanup.policy") == "delete,compact")
     describe_configs(b, "after set and append", TOPIC_RESOURCE, name, ["retention.ms", "cleanup.policy"])
     incremental_alter_configs(b, "subtract cleanup.policy", TOPIC_RESOURCE, name,
                               [("cleanup.policy", SUBTRACT, "delete")])
     incremental_alter_configs(b, "delete retention.ms", TOPIC_RESOURCE, name, [("retention.ms", DELETE, None)])
     incremental_alter_configs(b, "delete unset segment.ms", TOPIC_RESOURCE, name, [("segment.ms", DELETE, None)])
+    b.wait_until("the deletion is described", lambda: _value(b, TOPIC_RESOURCE, name, "retention.ms") != "7200000")
     describe_configs(b, "after subtract and delete", TOPIC_RESOURCE, name, ["retention.ms", "cleanup.policy"])
     incremental_alter_configs(b, "append to non-list", TOPIC_RESOURCE, name, [("retention.ms", APPEND, "5")])
     incremental_alter_configs(b, "unknown key", TOPIC_RESOURCE, name, [("no.such.key", SET, "1")])
@@ -132,10 +136,15 @@ def scenario_incremental_alter_configs(b: Broker) -> None:
     describe_configs(b, "after errors", TOPIC_RESOURCE, name, ["retention.ms", "cleanup.policy"])
 
 
-def _broker_value(b: Broker, key: str) -> str | None:
-    response: Any = describe_configs(b, None, BROKER_RESOURCE, "1", [key])
+def _value(b: Broker, resource_type: int, name: str, key: str) -> str | None:
+    """A key's described value, unrecorded (for waiting until an alteration shows)."""
+    response: Any = describe_configs(b, None, resource_type, name, [key])
     configs = getattr(response, "results", [None])[0]
     return next((c.value for c in getattr(configs, "configs", ()) if c.name == key), None)
+
+
+def _broker_value(b: Broker, key: str) -> str | None:
+    return _value(b, BROKER_RESOURCE, "1", key)
 
 
 def scenario_incremental_alter_broker_configs(b: Broker) -> None:
@@ -173,10 +182,6 @@ def scenario_alter_kafka_broker_keys_tidelog_does_not_use(b: Broker) -> None:
     incremental_alter_configs(b, "delete the unknown key", BROKER_RESOURCE, "1", [("no.such.broker.key", DELETE, None)])
 
 
-def _broker_value(b: Broker, key: str) -> str | None:
-    response: Any = describe_configs(b, None, BROKER_RESOURCE, "1", [key])
-    configs = getattr(response, "results", [None])[0]
-    return None if configs is None or not configs.configs else str(configs.configs[0].value)
 
 
 def scenario_describe_configs_whole_broker(b: Broker) -> None:
