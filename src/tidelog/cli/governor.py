@@ -131,6 +131,7 @@ def load(args: argparse.Namespace) -> GovernorConfig:
 def _engine(config: GovernorConfig) -> Engine:
     try:
         cluster = Cluster(config.client)
+        asyncio.run(cluster.check_access())
         store = Store(config.client, config.state_topic)
         store.ensure(AdminClient(config.client))
     except (ClusterError, StoreError) as exc:

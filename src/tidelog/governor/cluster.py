@@ -231,7 +231,32 @@ class Cluster:
         except SaslAuthenticationError as exc:
             raise ClusterError(str(exc), exc.error) from None
         finally:
-            connection.close()
+            await connection.aclose()
+
+    async def check_access(self) -> None:
+        """With a secured protocol: connect to the bootstrap servers in turn over the governor's own
+        connection (TLS, SASL) until one answers ApiVersions. A refused credential raises at once, with
+        the mechanism, the user and Kafka's error name; librdkafka would only retry and then report a
+        transport failure. PLAINTEXT checks nothing (librdkafka's errors say enough there)."""
+        if self.security.protocol == "PLAINTEXT":
+            return
+        failures = []
+        for address in str(self.config.get("bootstrap.servers", "")).split(","):
+            host, _, port = address.strip().split("://")[-1].rpartition(":")
+            if not host or not port.isdigit():
+                raise ClusterError(f"bootstrap.servers: {address.strip()!r} is not HOST:PORT", "INVALID_CONFIG")
+            connection = self.security.connection(host.strip("[]"), int(port), "tidelog-governor",
+                                                  timeout_s=self.timeout_s)
+            try:
+                await connection.call(ApiVersionsRequest())
+                return
+            except SaslAuthenticationError as exc:
+                raise ClusterError(str(exc), exc.error) from None
+            except BrokerUnreachable as exc:
+                failures.append(str(exc))
+            finally:
+                await connection.aclose()
+        raise ClusterError(f"no bootstrap server answered over {self.security.protocol}: {'; '.join(failures)}")
 
     async def api_versions(self, broker: int) -> dict[int, tuple[int, int]]:
         if broker not in self._versions:

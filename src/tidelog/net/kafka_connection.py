@@ -60,13 +60,14 @@ class KafkaConnection:
                 self.timeout_s,
             )
         except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError: a refused certificate lands here
-            raise BrokerUnreachable(f"cannot connect to broker at {self.host}:{self.port}: "
-                                    f"{exc or type(exc).__name__}") from None
+            over = " over TLS" if self.tls is not None else ""
+            raise BrokerUnreachable(f"cannot connect to broker at {self.host}:{self.port}{over}: "
+                                    f"{str(exc) or type(exc).__name__}") from None
         if self.authenticate is not None:
             try:
                 await self.authenticate(self)
             except BaseException:
-                self.close()
+                await self.aclose()
                 raise
 
     async def call(self, request: Any, *, timeout_s: float | None = None) -> Any:
@@ -82,7 +83,7 @@ class KafkaConnection:
             frame = await asyncio.wait_for(self._read_frame(), timeout_s or self.timeout_s)
         except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             self.close()
-            raise BrokerUnreachable(f"broker at {self.host}:{self.port}: {exc or type(exc).__name__}") from None
+            raise BrokerUnreachable(f"broker at {self.host}:{self.port}: {str(exc) or type(exc).__name__}") from None
         response_type = load_response_schema(request.__api_key__, request.__version__)
         try:
             header, offset = entity_reader(response_type.__header_schema__)(frame, 0)
@@ -117,3 +118,15 @@ class KafkaConnection:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
+
+    async def aclose(self, timeout_s: float = 1.0) -> None:
+        """``close``, then wait for the transport to be gone (a TLS one exchanges close_notify first):
+        for callers whose event loop may end right after, which would find the transport still open."""
+        writer = self._writer
+        self.close()
+        if writer is None:
+            return
+        try:
+            await asyncio.wait_for(writer.wait_closed(), timeout_s)
+        except (OSError, TimeoutError):
+            writer.transport.abort()
