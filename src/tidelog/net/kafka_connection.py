@@ -61,8 +61,10 @@ class KafkaConnection:
             )
         except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError: a refused certificate lands here
             over = " over TLS" if self.tls is not None else ""
-            raise BrokerUnreachable(f"cannot connect to broker at {self.host}:{self.port}{over}: "
-                                    f"{str(exc) or type(exc).__name__}") from None
+            why = str(exc) or type(exc).__name__
+            if self.tls is not None and isinstance(exc, (ConnectionResetError, ssl.SSLEOFError)):
+                why += " (the broker hung up on the TLS handshake: a PLAINTEXT or SASL_PLAINTEXT listener?)"
+            raise BrokerUnreachable(f"cannot connect to broker at {self.host}:{self.port}{over}: {why}") from None
         if self.authenticate is not None:
             try:
                 await self.authenticate(self)
