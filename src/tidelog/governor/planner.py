@@ -148,7 +148,8 @@ def _passes(s: State, goal: Goal, source: Callable[[State, Allowed], Iterator[Pr
                 applied += 1
                 if isinstance(move, Exchange):
                     s.apply_exchange(move)
-                    counts[0] += len(move.moves)
+                    for m in move.moves:
+                        counts[0 if isinstance(m, ReplicaMove) else 1] += 1
                 else:
                     s.apply(move)
                     counts[0 if isinstance(move, ReplicaMove) else 1] += 1
