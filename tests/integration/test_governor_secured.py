@@ -10,6 +10,8 @@ then authorised.
 
 - ``plan`` then ``execute`` (CLI, ``--command-config``) move a topic skewed onto brokers 1 and 2 onto
   broker 3, with the partition sizes DescribeLogDirs reported over the governor's own connection;
+- leadership: a topic whose partitions are all led by broker 1 is balanced by reordered replica lists
+  and preferred-leader elections (ElectLeaders, cluster ALTER), nothing copied;
 - a wrong password is refused with an error naming the mechanism and the user, both by the CLI and by
   the governor's own connection (SaslHandshake/SaslAuthenticate);
 - a user allowed to describe the cluster but not to alter it reads the model (log dirs included) and
@@ -168,6 +170,29 @@ def test_plan_and_execute_over_sasl_ssl_scram_with_acls(secured: Secured, capsys
     assert placed == {1, 2, 3}
     status = run_cli(capsys, "governor", "status", "--json", *options)
     assert status.code == 0 and status.json()["plan"] is None, status.out + status.err
+
+
+def test_leadership_is_balanced_by_preferred_leader_changes_without_copying(
+        secured: Secured, capsys: pytest.CaptureFixture[str]) -> None:
+    # six partitions on all three brokers, every one led by broker 1: only leadership needs to move
+    name = f"gov-lead-{uuid.uuid4().hex[:8]}"
+    admin = secured.cluster.admin()
+    admin.create_topics([NewTopic(name, 6, -1, replica_assignment=[[1, 2, 3]] * 6)])[name].result(15)
+    for p in range(6):
+        secured.cluster.wait_for_leader(name, p)
+    options = cli_options(secured, secured.client())
+    saved = secured.workdir / f"{name}.json"
+    proposal = run_cli(capsys, "governor", "plan", "--json", "--output", str(saved), *options).json()
+    mine = [m for m in proposal["moves"] if m["topic"] == name]
+    assert mine and all(sorted(m["after"]) == [1, 2, 3] and m["after"][0] != 1 for m in mine), mine
+    run = run_cli(capsys, "governor", "execute", "--plan", str(saved), *options, *FAST)
+    assert run.code == 0, run.out + run.err
+    final = {p: secured.cluster.partition(name, p) for p in range(6)}
+    assert all(sorted(replicas) == [1, 2, 3] for _, replicas, _ in final.values())
+    # the reordered replica lists were followed by ElectLeaders (preferred): leadership moved
+    assert {leader for leader, _, _ in final.values()} != {1}, final
+    for m in mine:
+        assert final[m["partition"]][:2] == (m["after"][0], m["after"]), (m, final[m["partition"]])
 
 
 def test_a_wrong_password_is_refused_naming_the_mechanism(secured: Secured, capsys: pytest.CaptureFixture[str]) -> None:
