@@ -273,3 +273,22 @@ def test_capacity_goals_count_no_replica_and_no_byte_for_a_leadership_exchange()
     assert DiskCapacityGoal(threshold=0.0001).accepts_all(s, exchange)
     s.apply_exchange(Exchange(exchange))
     assert s.leader_count == [5, 4] and s.replica_count == [9, 9] and s.nw_out == [60.0, 60.0]
+
+
+def test_a_leadership_only_plan_copies_nothing_and_reports_what_only_data_moves_could_meet() -> None:
+    # replicas all on brokers 1 and 2, all led by 1, broker 3 empty: disk and replica counts need data
+    # moves, leadership does not
+    parts = [("t", [1, 2], 100, 10.0, 10.0) for _ in range(6)]
+    model = small_cluster([(1, "a"), (2, "b"), (3, "c")], parts, disk_capacity=10_000)
+    goals = default_goals()
+    full = plan(model, goals)
+    assert full.bytes_to_copy > 0
+    cheap = plan(model, goals, leadership_only=True)
+    assert cheap.ok and cheap.replica_moves == 0 and cheap.bytes_to_copy == 0 and cheap.leader_moves > 0
+    assert all(m.leader_only for m in cheap.moves)
+    reports = {g.name: g for g in cheap.goals}
+    assert reports["disk-usage"].violations_after == reports["disk-usage"].violations_before > 0
+    assert reports["leader-count"].score_after < reports["leader-count"].score_before
+    # a hard goal that only data moves can meet is reported unmet: such a plan must not be executed
+    drained = plan(model.with_excluded({1: "draining"}), goals, leadership_only=True)
+    assert not drained.ok and "excluded-brokers" in drained.unmet_hard
