@@ -1,5 +1,6 @@
 """The governor against a secured three-broker tidelog cluster: SASL_SSL listeners (a throw-away CA,
-unit/security/pki.py), SCRAM users in the cluster's metadata, ACLs enforced.
+unit/security/pki.py), SCRAM users in the cluster's metadata, ACLs enforced; and MTLS listeners
+(SSL with required client certificates, the principal from the certificate's CN).
 
 Each broker's PLAINTEXT listener stands for the internal network: brokers replicate over it and the
 test administers users, ACLs and topics through it (``User:ANONYMOUS`` is a super user there, as in
@@ -13,6 +14,8 @@ then authorised.
 - leadership: a topic whose partitions are all led by broker 1 is balanced by a ``--leadership-only``
   plan: reordered replica lists and preferred-leader elections (ElectLeaders, cluster ALTER), nothing
   copied;
+- mutual TLS: ``plan`` with a client certificate (``ssl.certificate.location``/``ssl.key.location``)
+  as the principal ``gov-mtls``; without the certificate the broker refuses the connection;
 - a wrong password is refused with an error naming the mechanism and the user, both by the CLI and by
   the governor's own connection (SaslHandshake/SaslAuthenticate);
 - a user allowed to describe the cluster but not to alter it reads the model (log dirs included) and
@@ -81,6 +84,14 @@ class Secured:
                 "sasl.password": secret if password is None else password, "ssl.ca.location": str(self.pki.ca_cert),
                 **extra}
 
+    def mtls_client(self, *, certificate: bool = True) -> dict[str, str]:
+        config = {"bootstrap.servers": self.cluster.listener_bootstrap("MTLS"), "security.protocol": "SSL",
+                  "ssl.ca.location": str(self.pki.ca_cert)}
+        if certificate:
+            issued = self.pki.client("/O=tidelog/CN=gov-mtls", "gov-mtls")
+            config |= {"ssl.certificate.location": str(issued.cert), "ssl.key.location": str(issued.key)}
+        return config
+
     def command_config(self, **settings: str) -> str:
         path = self.workdir / f"client-{uuid.uuid4().hex[:6]}.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in settings.items() if k != "bootstrap.servers"))
@@ -110,10 +121,14 @@ def secured(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Confi
     register_failure_report(pytestconfig)
     workdir = tmp_path_factory.mktemp("governor-secured")
     pki = Pki(workdir / "pki")
-    cluster = Cluster(workdir, size=3, listeners=["SASL_SSL"], overrides={
+    cluster = Cluster(workdir, size=3, listeners=["SASL_SSL", "MTLS"], overrides={
         **STEADY_SESSION, "offsets.topic.num.partitions": 1, "auto.create.topics.enable": "false",
         "authorizer.class.name": STANDARD_AUTHORIZER, "super.users": "User:ANONYMOUS",
         "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512", "ssl.keystore.location": pki.server().bundle,
+        # MTLS: TLS with required client certificates, the principal is the certificate's CN
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,MTLS:SSL",
+        "listener.name.mtls.ssl.truststore.location": pki.ca_cert, "listener.name.mtls.ssl.client.auth": "required",
+        "listener.name.mtls.ssl.principal.mapping.rules": "RULE:^CN=([^,]+),.*$/$1/L,DEFAULT",
         # the wrong-password test must not get 127.0.0.1 throttled for the tests after it
         "connection.failed.authentication.backoff.max.ms": 0, "connection.failed.authentication.delay.ms": 0,
     })
@@ -124,7 +139,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Confi
                    for user, (mechanism, secret) in USERS.items()]
         for future in admin.alter_user_scram_credentials(upserts).values():
             future.result(15)
-        bindings = governor_acls("User:governor") + governor_acls("User:gov256")
+        bindings = governor_acls("User:governor") + governor_acls("User:gov256") + governor_acls("User:gov-mtls")
         # the outsider may describe the cluster and its topics, and alter nothing
         bindings += [AclBinding(resource, name, ResourcePatternType.LITERAL, "User:outsider", "*", AclOperation.DESCRIBE,
                                 AclPermissionType.ALLOW)
@@ -197,6 +212,22 @@ def test_leadership_is_balanced_by_preferred_leader_changes_without_copying(
     assert {leader for leader, _, _ in final.values()} != {1}, final
     for m in mine:
         assert final[m["partition"]][:2] == (m["after"][0], m["after"]), (m, final[m["partition"]])
+
+
+def test_mutual_tls_with_a_client_certificate_plans_and_without_one_is_refused(
+        secured: Secured, capsys: pytest.CaptureFixture[str]) -> None:
+    skewed_topic(secured.cluster, records=40)
+    options = cli_options(secured, secured.mtls_client())
+    run = run_cli(capsys, "governor", "plan", "--json", *options)
+    assert run.code == 0 and run.json()["ok"], run.err
+    # ApiVersions, ListPartitionReassignments and DescribeLogDirs answered over its own mutual-TLS connection
+    status = run_cli(capsys, "governor", "status", "--json", *options)
+    assert status.code == 0, status.err
+    state = status.json()
+    assert state["reassignmentSupported"] is True and state["health"]["maxDiskRatio"] > 0, state
+    with pytest.raises(ClusterError, match=r"no client certificate is configured: a listener with "
+                                           r"ssl\.client\.auth=required closes such connections"):
+        asyncio.run(GovernedCluster(secured.mtls_client(certificate=False), timeout_s=10).check_access())
 
 
 def test_a_wrong_password_is_refused_naming_the_mechanism(secured: Secured, capsys: pytest.CaptureFixture[str]) -> None:

@@ -63,6 +63,7 @@ class ClientSecurity:
     username: str = ""
     password: str = ""
     tls: ssl.SSLContext | None = None
+    certificate: bool = False  # a client certificate is configured (mutual TLS)
 
     @property
     def sasl(self) -> bool:
@@ -76,8 +77,9 @@ class ClientSecurity:
         if protocol not in PROTOCOLS:
             raise ConfigError(f"security.protocol={protocol!r} must be one of {', '.join(PROTOCOLS)}")
         tls = tls_context(config) if protocol in ("SSL", "SASL_SSL") else None
+        certificate = tls is not None and bool(config.get("ssl.certificate.location"))
         if not protocol.startswith("SASL_"):
-            return cls(protocol, tls=tls)
+            return cls(protocol, tls=tls, certificate=certificate)
         mechanism = str(config.get("sasl.mechanism", config.get("sasl.mechanisms", "GSSAPI"))).strip().upper()
         if mechanism not in SASL_MECHANISMS:
             raise ConfigError(f"sasl.mechanism={mechanism!r} is not supported by tidelog's own connections "
@@ -86,7 +88,15 @@ class ClientSecurity:
         for key, value in (("sasl.username", username), ("sasl.password", password)):
             if not value:
                 raise ConfigError(f"{key} is required with security.protocol={protocol} and sasl.mechanism={mechanism}")
-        return cls(protocol, mechanism, username, password, tls)
+        return cls(protocol, mechanism, username, password, tls, certificate)
+
+    def hint(self) -> str:
+        """What to add to a failure of a fresh TLS connection: a broker that requires a client
+        certificate closes the connection of a client without one, after the handshake."""
+        if self.tls is not None and not self.certificate:
+            return (" (no client certificate is configured: a listener with ssl.client.auth=required closes such "
+                    "connections; see ssl.certificate.location and ssl.key.location)")
+        return ""
 
     def connection(self, host: str, port: int, client_id: str, *, timeout_s: float) -> KafkaConnection:
         """A connection to one broker that speaks this protocol (TLS, then SASL) from its first byte."""

@@ -256,7 +256,8 @@ class Cluster:
                 failures.append(str(exc))
             finally:
                 await connection.aclose()
-        raise ClusterError(f"no bootstrap server answered over {self.security.protocol}: {'; '.join(failures)}")
+        raise ClusterError(f"no bootstrap server answered over {self.security.protocol}: {'; '.join(failures)}"
+                           + self.security.hint())
 
     async def api_versions(self, broker: int) -> dict[int, tuple[int, int]]:
         if broker not in self._versions:

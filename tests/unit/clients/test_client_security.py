@@ -101,11 +101,12 @@ def test_tls_context_verifies_the_broker_and_loads_a_client_certificate(tmp_path
     security = ClientSecurity.from_config({
         "security.protocol": "SSL", "ssl.ca.location": str(pki.ca_cert),
         "ssl.certificate.location": str(client.cert), "ssl.key.location": str(client.key)})
-    assert security.tls is not None
+    assert security.tls is not None and security.certificate and security.hint() == ""
     assert security.tls.verify_mode == ssl.CERT_REQUIRED and security.tls.check_hostname
     relaxed = ClientSecurity.from_config({"security.protocol": "SSL", "ssl.ca.location": str(pki.ca_cert),
                                           "ssl.endpoint.identification.algorithm": "none"})
     assert relaxed.tls is not None and not relaxed.tls.check_hostname and relaxed.tls.verify_mode == ssl.CERT_REQUIRED
+    assert "ssl.certificate.location" in relaxed.hint()  # a refused connection may be a missing certificate
     with pytest.raises(ConfigError, match=r"ssl\.certificate\.location"):
         ClientSecurity.from_config({"security.protocol": "SSL", "ssl.certificate.location": str(client.cert),
                                     "ssl.key.location": str(pki.ca_cert)})
