@@ -10,13 +10,13 @@ way clients do (confluent-kafka's AdminClient).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from helpers.broker_process import BrokerProcess
+from helpers.broker_process import BrokerProcess, free_port
 from helpers.etcd_process import EtcdProcess
 
 FAST_SESSION = {
@@ -41,8 +41,12 @@ STEADY_SESSION = {
 
 class Cluster:
     def __init__(self, workdir: Path, size: int = 3, overrides: Mapping[str, object] | None = None,
-                 per_node: Mapping[int, Mapping[str, object]] | None = None) -> None:
-        """``per_node``: settings of one broker (node id → settings) over ``overrides``."""
+                 per_node: Mapping[int, Mapping[str, object]] | None = None, listeners: Sequence[str] = ()) -> None:
+        """``per_node``: settings of one broker (node id → settings) over ``overrides``. ``listeners``:
+        names of listeners every broker opens besides its PLAINTEXT one (first, so the inter-broker
+        one), each on a free port; ``listener_bootstrap(name)`` lists them."""
+        self.listeners = tuple(listeners)
+        self.listener_ports: dict[int, dict[str, int]] = {}
         self.workdir = Path(workdir)
         self.per_node = dict(per_node or {})
         self.etcd = EtcdProcess(self.workdir / "etcd")
@@ -57,6 +61,10 @@ class Cluster:
                 "node.id": node, "broker.rack": f"r{node}", "metadata.store": self.etcd.store_url(), **self.overrides,
                 **self.per_node.get(node, {}),
             })
+            broker = self.brokers[node]
+            self.listener_ports[node] = {name: free_port(broker.host) for name in self.listeners}
+            broker.properties["listeners"] = ",".join(
+                [broker.properties["listeners"]] + [f"{n}://{broker.host}:{p}" for n, p in self.listener_ports[node].items()])
         with ThreadPoolExecutor(len(self.brokers)) as pool:
             list(pool.map(lambda b: b.start(timeout), self.brokers.values()))
         self.wait_for_brokers(set(self.brokers), timeout)
@@ -65,6 +73,9 @@ class Cluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values() if b.is_running())
+
+    def listener_bootstrap(self, name: str) -> str:
+        return ",".join(f"{b.host}:{self.listener_ports[n][name]}" for n, b in self.brokers.items() if b.is_running())
 
     def admin(self) -> AdminClient:
         return AdminClient({"bootstrap.servers": self.bootstrap})

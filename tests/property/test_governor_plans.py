@@ -5,7 +5,9 @@
 - draining a broker empties it whenever the other brokers can take its replicas;
 - with many small partitions, executing the plan brings disk usage within the balance threshold;
 - replica counts skewed while the disk is even (every single move breaks the disk band) converge by
-  2-for-1 exchanges.
+  2-for-1 exchanges;
+- leader counts skewed while network out is even converge the same way by leadership exchanges,
+  copying nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidelog.governor.goals import DISK, REPLICAS, BalanceGoal, Goal, default_goals
+from tidelog.governor.goals import DISK, LEADERS, NETWORK_OUT, REPLICAS, BalanceGoal, Goal, default_goals
 from tidelog.governor.model import ClusterModel
 from tidelog.governor.planner import execute_in_simulation, plan
 from tidelog.governor.state import State
@@ -91,3 +93,22 @@ def test_replica_count_converges_by_exchanges_when_disk_is_already_even(big: int
     result = plan(model, goals)
     after = violations(execute_in_simulation(model, result.moves), goals)
     assert after == {"disk-usage": 0, "replica-count": 0}, (before, after)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(2, 12), unit=st.floats(1.0, 1e6), spread=st.lists(st.floats(-0.03, 0.03), min_size=36,
+                                                                        max_size=36))
+def test_leader_count_converges_by_leadership_exchanges_when_network_out_is_already_even(
+        n: int, unit: float, spread: list[float]) -> None:
+    # every partition on both brokers; broker 1 leads 2n with about 1 unit of leader network out each,
+    # broker 2 leads n with about 2 units: network out even, leader counts 2n against n
+    rates = iter(spread)
+    parts = ([("light", [1, 2], 1, unit / 2 * (1 + next(rates)), unit / 2) for _ in range(2 * n)]
+             + [("heavy", [2, 1], 1, unit * (1 + next(rates)), unit) for _ in range(n)])
+    model = small_cluster([(1, "a"), (2, "b")], parts, disk_capacity=2**40)
+    goals: list[Goal] = [BalanceGoal(NETWORK_OUT, 0.10), BalanceGoal(LEADERS, 0.10)]
+    assert violations(model, goals)["network-out"] == 0
+    result = plan(model, goals)
+    assert result.bytes_to_copy == 0 and all(m.leader_only for m in result.moves)
+    after = violations(execute_in_simulation(model, result.moves), goals)
+    assert after == {"network-out": 0, "leader-count": 0}

@@ -75,6 +75,8 @@ def add_parser(sub: Any) -> None:
 
     plan = command("plan", "print a proposal without acting (dry run)", _plan)
     plan.add_argument("--hard-only", action="store_true", help="only the hard goals (fewest moves)")
+    plan.add_argument("--leadership-only", action="store_true",
+                      help="preferred-leader changes only: nothing copied (the cheap part of a rebalance first)")
     plan.add_argument("--drain", type=_ids, default=[], metavar="IDS", help="plan as if these brokers were drained")
     plan.add_argument("--output", metavar="FILE", help="also write the plan as JSON (for execute --plan)")
     plan.add_argument("--limit", type=int, default=20, help="moves to list (default 20; JSON lists all)")
@@ -88,6 +90,7 @@ def add_parser(sub: Any) -> None:
     execute = command("execute", "store a plan and carry it out", _execute)
     execute.add_argument("--plan", metavar="FILE", help="a plan written by plan --output (else one is computed now)")
     execute.add_argument("--hard-only", action="store_true")
+    execute.add_argument("--leadership-only", action="store_true", help="preferred-leader changes only")
     _wait_options(execute)
     status = command("status", "the stored plan, its progress, the control and the cluster's health", _status)
     add_json_option(status, "the status")
@@ -131,6 +134,7 @@ def load(args: argparse.Namespace) -> GovernorConfig:
 def _engine(config: GovernorConfig) -> Engine:
     try:
         cluster = Cluster(config.client)
+        asyncio.run(cluster.check_access())
         store = Store(config.client, config.state_topic)
         store.ensure(AdminClient(config.client))
     except (ClusterError, StoreError) as exc:
@@ -176,7 +180,7 @@ def _plan(args: argparse.Namespace) -> int:
         return 0
     if args.drain:
         model = model.with_excluded({**engine.excluded, **{b: "draining (dry run)" for b in args.drain}})
-    result = engine.propose(hard_only=args.hard_only, model=model)
+    result = engine.propose(hard_only=args.hard_only, leadership_only=args.leadership_only, model=model)
     if args.output:
         Path(args.output).write_text(json.dumps(result.to_json(config.throttle), indent=1) + "\n")
     if args.json:
@@ -223,7 +227,7 @@ def _execute(args: argparse.Namespace) -> int:
     async def main() -> int:
         await engine.observe()
         running = engine.stored.get("plan")
-        if running and (args.plan or args.hard_only):
+        if running and (args.plan or args.hard_only or args.leadership_only):
             raise CliError(f"plan {running['id']} is already running (tidelog governor status)")
         if running:  # resumed after a restart: the stored plan and the cluster say where it stands
             Output().line(f"resuming plan {running['id']} ({running.get('reason', '')})")
@@ -236,7 +240,7 @@ def _execute(args: argparse.Namespace) -> int:
                 raise CliError(f"cannot read the plan {args.plan}: {exc}", 2) from None
             result = Plan(moves, (), 0, 0, 0.0, tuple(document.get("unmetHardGoals", [])))
         else:
-            result = engine.propose(hard_only=args.hard_only)
+            result = engine.propose(hard_only=args.hard_only, leadership_only=args.leadership_only)
         if not result.ok:
             raise CliError(f"the plan breaks hard goals ({', '.join(result.unmet_hard)}); nothing was started")
         if not result.moves:

@@ -6,7 +6,8 @@
      ├── QueueFullError               send() waited max.block.ms for room in the memory queue (also a BufferError)
      ├── SpoolFullError               the spool is at spool.max.bytes and the policy is "fail"
      ├── SpoolLockedError             another LogProducer holds the spool folder
-     └── ClosedError                  the producer or consumer was closed
+     ├── ClosedError                  the producer or consumer was closed
+     └── SaslAuthenticationError      (security.py) a broker refused tidelog's own connection's credentials
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
   and bytes copied so far;
 - ``GET /v1/events``: the last 200 events (plans, starts, elections, pauses, cancellations);
 - ``POST /v1/plans``: a proposal on the last observed model (dry run): body ``{"hardOnly": false,
-  "execute": false}``; with ``"execute": true`` it is stored and the service starts carrying it out
+  "leadershipOnly": false, "execute": false}`` (``leadershipOnly``: preferred-leader changes only); with ``"execute": true`` it is stored and the service starts carrying it out
   (409 ``PLAN_IN_PROGRESS`` while another plan runs, 422 ``HARD_GOALS_UNMET`` when it breaks one);
 - ``POST /v1/pause`` (body ``{"reason": "..."}``) and ``POST /v1/resume``;
 - ``GET /metrics`` (Prometheus): ``tidelog_governor_moves{state}``, ``tidelog_governor_paused``,
@@ -69,7 +69,8 @@ class GovernorApi:
     async def plans(self, request: Request) -> Response:
         self._ready()
         body = await self._body(request)
-        result = self.engine.propose(hard_only=bool(body.get("hardOnly", False)))
+        result = self.engine.propose(hard_only=bool(body.get("hardOnly", False)),
+                                     leadership_only=bool(body.get("leadershipOnly", False)))
         answer = result.to_json(self.engine.config.throttle)
         if body.get("execute"):
             if self.engine.stored.get("plan"):

@@ -24,8 +24,8 @@ from tidelog.web.server import ListenerConfig, serve
 log = logging.getLogger(__name__)
 
 
-def engine_for(config: GovernorConfig) -> Engine:
-    cluster = Cluster(config.client)
+def engine_for(config: GovernorConfig, cluster: Cluster | None = None) -> Engine:
+    cluster = cluster or Cluster(config.client)
     store = Store(config.client, config.state_topic)
     store.ensure(AdminClient(config.client))
     return Engine(config, cluster, store)
@@ -43,7 +43,9 @@ async def rounds(engine: Engine, stop: asyncio.Event) -> None:
 
 
 async def run(config: GovernorConfig, stop: asyncio.Event) -> None:
-    engine = await asyncio.to_thread(engine_for, config)
+    cluster = Cluster(config.client)
+    await cluster.check_access()  # bad credentials end the service at once, with the mechanism named
+    engine = await asyncio.to_thread(engine_for, config, cluster)
     registry = Registry()
     watch(engine, registry)
     app = create_app(GovernorApi(engine).routes(), registry=registry,

@@ -3,7 +3,8 @@
 confluent-kafka's AdminClient serves Metadata (replicas, ISR, leaders), DescribeCluster (racks, the
 controller), ElectLeaders and IncrementalAlterConfigs. librdkafka 2.16 has no AlterPartitionReassignments,
 ListPartitionReassignments or DescribeLogDirs, so those three go through the project's codec (kio
-entities over ``tidelog.net.KafkaConnection``, plain TCP): AlterPartitionReassignments and
+entities over ``tidelog.net.KafkaConnection``, secured as the client settings say: TLS and SASL
+PLAIN/SCRAM through ``tidelog.clients.security``, never a plaintext fallback): AlterPartitionReassignments and
 ListPartitionReassignments to the controller DescribeCluster names (a KRaft broker forwards them to
 the active controller), DescribeLogDirs to each broker at the highest version both sides know (v4+
 carries each dir's total and usable bytes; before that capacity comes from the governor's settings).
@@ -11,7 +12,9 @@ carries each dir's total and usable bytes; before that capacity comes from the g
 ApiVersions tells whether a cluster serves reassignments at all (``supports_reassignment``): tidelog
 before issue 17 answers UNSUPPORTED_VERSION, and the governor then plans but refuses to execute.
 
-Every call raises ``ClusterError`` with the Kafka error name on failure.
+Every call raises ``ClusterError`` with the Kafka error name on failure (SASL_AUTHENTICATION_FAILED,
+CLUSTER_AUTHORIZATION_FAILED... with the mechanism and user named when the cluster refuses the
+governor's credentials).
 """
 
 from __future__ import annotations
@@ -36,13 +39,18 @@ from kio.schema.list_partition_reassignments.v0.request import ListPartitionReas
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i32
 
+from tidelog.clients.security import ClientSecurity, SaslAuthenticationError
+from tidelog.common.errors import ConfigError
 from tidelog.governor.execution import FOLLOWER_RATE, LEADER_RATE, Throttles
-from tidelog.net.kafka_connection import BrokerUnreachable, KafkaConnection
+from tidelog.net.kafka_connection import BrokerUnreachable
 
 T = TypeVar("T")
 TopicPartitionKey = tuple[str, int]
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, DESCRIBE_LOG_DIRS = 45, 46, 35
 KAFKA_STORAGE_ERROR = 56
+# the cluster refuses the governor itself (credentials, ACLs): reported, never taken for a broker's failure
+_REFUSALS = frozenset({"SASL_AUTHENTICATION_FAILED", "UNSUPPORTED_SASL_MECHANISM", "ILLEGAL_SASL_STATE",
+                       "CLUSTER_AUTHORIZATION_FAILED"})
 
 
 class ClusterError(Exception):
@@ -110,10 +118,10 @@ class Cluster:
     def __init__(self, config: Mapping[str, Any], *, timeout_s: float = 15.0) -> None:
         self.config = dict(config)
         self.timeout_s = timeout_s
-        protocol = str(self.config.get("security.protocol", "PLAINTEXT")).upper()
-        if protocol != "PLAINTEXT":
-            raise ClusterError(f"security.protocol {protocol}: the governor's reassignment and log-dir calls "
-                               "speak PLAINTEXT only for now (docs/governor.md, follow-ups)")
+        try:
+            self.security = ClientSecurity.from_config(self.config)
+        except ConfigError as exc:
+            raise ClusterError(str(exc), "INVALID_CONFIG") from None
         self.admin = AdminClient(self.config)
         self._brokers: dict[int, Broker] = {}
         self._controller = -1
@@ -215,13 +223,41 @@ class Cluster:
         node = self._brokers.get(broker)
         if node is None:
             raise ClusterError(f"broker {broker} is not registered")
-        connection = KafkaConnection(node.host, node.port, "tidelog-governor", timeout_s=self.timeout_s)
+        connection = self.security.connection(node.host, node.port, "tidelog-governor", timeout_s=self.timeout_s)
         try:
             return await connection.call(request)
         except BrokerUnreachable as exc:
             raise ClusterError(str(exc)) from None
+        except SaslAuthenticationError as exc:
+            raise ClusterError(str(exc), exc.error) from None
         finally:
-            connection.close()
+            await connection.aclose()
+
+    async def check_access(self) -> None:
+        """With a secured protocol: connect to the bootstrap servers in turn over the governor's own
+        connection (TLS, SASL) until one answers ApiVersions. A refused credential raises at once, with
+        the mechanism, the user and Kafka's error name; librdkafka would only retry and then report a
+        transport failure. PLAINTEXT checks nothing (librdkafka's errors say enough there)."""
+        if self.security.protocol == "PLAINTEXT":
+            return
+        failures = []
+        for address in str(self.config.get("bootstrap.servers", "")).split(","):
+            host, _, port = address.strip().split("://")[-1].rpartition(":")
+            if not host or not port.isdigit():
+                raise ClusterError(f"bootstrap.servers: {address.strip()!r} is not HOST:PORT", "INVALID_CONFIG")
+            connection = self.security.connection(host.strip("[]"), int(port), "tidelog-governor",
+                                                  timeout_s=self.timeout_s)
+            try:
+                await connection.call(ApiVersionsRequest())
+                return
+            except SaslAuthenticationError as exc:
+                raise ClusterError(str(exc), exc.error) from None
+            except BrokerUnreachable as exc:
+                failures.append(str(exc))
+            finally:
+                await connection.aclose()
+        raise ClusterError(f"no bootstrap server answered over {self.security.protocol}: {'; '.join(failures)}"
+                           + self.security.hint())
 
     async def api_versions(self, broker: int) -> dict[int, tuple[int, int]]:
         if broker not in self._versions:
@@ -270,6 +306,8 @@ class Cluster:
             return []
         request = DescribeLogDirsV4(topics=None) if top >= 4 else DescribeLogDirsV1(topics=None)
         answer = await self._call(broker, request)
+        if int(getattr(answer, "error_code", 0)) != 0:  # v3+: CLUSTER_AUTHORIZATION_FAILED without DESCRIBE on the cluster
+            _check(answer, f"DescribeLogDirs on broker {broker}")
         dirs = []
         for result in answer.results:
             sizes = {(t.name, int(p.partition_index)): int(p.partition_size) for t in result.topics for p in t.partitions
@@ -284,7 +322,9 @@ class Cluster:
         for b in brokers:
             try:
                 dirs[b] = await self.log_dirs(b)
-            except ClusterError:
+            except ClusterError as exc:
+                if exc.error in _REFUSALS:  # every broker would say the same: not a broker's trouble
+                    raise
                 dirs[b] = []
         reassigning = await self.list_reassignments() if await self.supports_reassignment() else {}
         return Snapshot(brokers, controller, partitions, dirs, reassigning)
@@ -297,4 +337,5 @@ def _name(code: Any, message: str | None = None) -> str:
 
 def _check(answer: Any, what: str) -> None:
     if int(answer.error_code) != 0:
-        raise ClusterError(f"{what}: {_name(answer.error_code, answer.error_message)}")
+        raise ClusterError(f"{what}: {_name(answer.error_code, getattr(answer, 'error_message', None))}",
+                           _name(answer.error_code))

@@ -4,6 +4,7 @@
 | key | default | meaning |
 |---|---|---|
 | ``bootstrap.servers`` | 127.0.0.1:9092 | the cluster; every other non-``governor.`` key goes to librdkafka as is |
+| ``security.protocol``, ``sasl.*``, ``ssl.*`` | PLAINTEXT | librdkafka's; the governor's own connections honour them too (``tidelog.clients.security``) |
 | ``governor.listen.host`` / ``.port`` | 127.0.0.1 / 8095 | the HTTP API of ``tidelog governor run`` |
 | ``governor.interval.ms`` | 10000 | one observe/heal/execute round |
 | ``governor.state.topic`` | __tidelog_governor | compacted topic holding plan and control |
@@ -34,6 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidelog.clients.security import ClientSecurity
+from tidelog.common.errors import ConfigError as CommonConfigError
 from tidelog.governor.breaker import BreakerLimits
 from tidelog.governor.collect import ModelSettings
 from tidelog.governor.execution import Limits
@@ -101,6 +104,10 @@ def _ids(key: str, text: str) -> frozenset[int]:
 def parse_config(props: Mapping[str, str]) -> GovernorConfig:
     client = {k: v for k, v in props.items() if not k.startswith("governor.")}
     client.setdefault("bootstrap.servers", "127.0.0.1:9092")
+    try:  # the governor's own connections (cluster.py) read these too: refuse what they cannot honour now
+        ClientSecurity.from_config(client)
+    except CommonConfigError as exc:
+        raise ConfigError(str(exc)) from None
     flavour = props.get("governor.metrics.flavour", "tidelog")
     if flavour not in FLAVOURS:
         raise ConfigError(f"governor.metrics.flavour={flavour!r} must be one of {', '.join(FLAVOURS)}")

@@ -148,12 +148,13 @@ class Engine:
 
     # -- plans -------------------------------------------------------------------------------------
 
-    def propose(self, *, hard_only: bool = False, model: ClusterModel | None = None) -> Plan:
+    def propose(self, *, hard_only: bool = False, leadership_only: bool = False,
+                model: ClusterModel | None = None) -> Plan:
         chosen = model or self.model
         if chosen is None:
             raise RuntimeError("observe() first")
         goals = self.goals()
-        return plan(chosen, hard_goals(goals) if hard_only else goals)
+        return plan(chosen, hard_goals(goals) if hard_only else goals, leadership_only=leadership_only)
 
     async def submit(self, result: Plan, reason: str) -> str:
         if not result.moves:

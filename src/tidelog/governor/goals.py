@@ -23,7 +23,11 @@ move a replica back into its pool without unbalancing a higher goal.
 Exchanges: a count goal (replica count) whose single moves the bytes goals above it refuse (the
 under-loaded broker is at the top of its disk or network-in band) proposes 2-for-1 exchanges: two
 small replicas from the over-loaded broker, one replica from the under-loaded broker back whose
-bytes are the nearest to their sum, so the counts move by one and the bytes barely.
+bytes are the nearest to their sum, so the counts move by one and the bytes barely. The leadership
+goals do the same with preferred leaders, copying nothing: the leader-count goal trades two
+leaderships for one back whose network out is the nearest to theirs (when the network-out goal
+refuses single leader moves), the leader-bytes-in goal swaps one leadership for one (when the
+leader-count goal, above it, refuses to change the counts).
 
 Soft goals keep each broker's level within ``[mean * (1 - t), mean * (1 + t)]`` (counts round the
 bounds outwards): disk usage (ratio of capacity), network in, network out, replica count, leader
@@ -73,12 +77,12 @@ class Goal(ABC):
         """Exchanges, tried once single moves are exhausted (none by default)."""
         return iter(())
 
-    def accepts_all(self, s: State, moves: tuple[ReplicaMove, ...]) -> bool:
+    def accepts_all(self, s: State, moves: tuple[Move, ...]) -> bool:
         """An exchange: right for goals judged per partition (the moves touch distinct partitions)."""
         return all(self.accepts(s, m) for m in moves)
 
 
-def net_change(moves: tuple[ReplicaMove, ...], amount: Callable[[ReplicaMove], float]) -> dict[int, float]:
+def net_change(moves: tuple[Move, ...], amount: Callable[[Move], float]) -> dict[int, float]:
     """Broker -> what an exchange adds to it (negative: takes away)."""
     out: dict[int, float] = {}
     for m in moves:
@@ -86,6 +90,11 @@ def net_change(moves: tuple[ReplicaMove, ...], amount: Callable[[ReplicaMove], f
         out[m.source] = out.get(m.source, 0.0) - value
         out[m.destination] = out.get(m.destination, 0.0) + value
     return out
+
+
+def _replica(amount: Callable[[Move], float]) -> Callable[[Move], float]:
+    """``amount`` for replica moves, 0 for leadership moves (which move no replica and no byte of disk)."""
+    return lambda m: amount(m) if isinstance(m, ReplicaMove) else 0.0
 
 
 def _by_disk_ratio(s: State, brokers: list[int]) -> list[int]:
@@ -233,9 +242,9 @@ class ReplicaCapacityGoal(Goal):
         return isinstance(move, LeaderMove) or s.replica_count[move.destination] + 1 <= max(
             self.max_replicas, s.replica_count[move.destination])
 
-    def accepts_all(self, s: State, moves: tuple[ReplicaMove, ...]) -> bool:
+    def accepts_all(self, s: State, moves: tuple[Move, ...]) -> bool:
         return all(s.replica_count[b] + delta <= max(self.max_replicas, s.replica_count[b])
-                   for b, delta in net_change(moves, lambda m: 1.0).items() if delta > 0)
+                   for b, delta in net_change(moves, _replica(lambda m: 1.0)).items() if delta > 0)
 
 
 @dataclass
@@ -274,9 +283,10 @@ class DiskCapacityGoal(Goal):
         d = move.destination
         return s.disk[d] + s.model.size[move.partition] <= max(self._limit(s, d), s.disk[d])
 
-    def accepts_all(self, s: State, moves: tuple[ReplicaMove, ...]) -> bool:
+    def accepts_all(self, s: State, moves: tuple[Move, ...]) -> bool:
         return all(s.disk[b] + delta <= max(self._limit(s, b), s.disk[b])
-                   for b, delta in net_change(moves, lambda m: float(s.model.size[m.partition])).items() if delta > 0)
+                   for b, delta in net_change(moves, _replica(lambda m: float(s.model.size[m.partition]))).items()
+                   if delta > 0)
 
 
 # ----------------------------------------------------------------------------------- balance goals
@@ -294,6 +304,7 @@ class Metric:
     by_capacity: bool = False         # level = load / disk capacity
     integral: bool = False
     exchanges: bool = False           # also 2-for-1 exchanges (a count of replicas)
+    leader_exchanges: int = 0         # also leadership exchanges: this many leaderships over for one back
 
 
 def _if_leader(value: Callable[[State, int], float]) -> Amount:
@@ -305,8 +316,10 @@ NETWORK_IN = Metric("network-in", lambda s: s.nw_in, lambda s, p, b: s.model.byt
 NETWORK_OUT = Metric("network-out", lambda s: s.nw_out, _if_leader(State.leader_out),
                      lambda s, p, b: s.leader_out(p))
 REPLICAS = Metric("replica-count", lambda s: s.replica_count, lambda s, p, b: 1.0, None, integral=True, exchanges=True)
-LEADERS = Metric("leader-count", lambda s: s.leader_count, None, lambda s, p, b: 1.0, integral=True)
-LEADER_IN = Metric("leader-bytes-in", lambda s: s.leader_in, None, lambda s, p, b: s.model.bytes_in[p])
+LEADERS = Metric("leader-count", lambda s: s.leader_count, None, lambda s, p, b: 1.0, integral=True,
+                 leader_exchanges=2)
+LEADER_IN = Metric("leader-bytes-in", lambda s: s.leader_in, None, lambda s, p, b: s.model.bytes_in[p],
+                   leader_exchanges=1)
 
 
 class BalanceGoal(Goal):
@@ -379,7 +392,7 @@ class BalanceGoal(Goal):
         new_src = self.level(s, src) - amount / self.capacity(s, src)
         return new_dst <= hi and (new_src >= lo or not s.usable(src))
 
-    def accepts_all(self, s: State, moves: tuple[ReplicaMove, ...]) -> bool:
+    def accepts_all(self, s: State, moves: tuple[Move, ...]) -> bool:
         """Every broker the exchange adds to stays under the upper bound, every one it takes from over
         the lower bound (the rule of ``accepts`` on the net change)."""
         lo, hi = self.bounds(s)
@@ -425,10 +438,88 @@ class BalanceGoal(Goal):
                 yield from self._shed(s, b, [d], lo, hi, candidates, allowed, lambda d=d: level(d) >= lo)  # type: ignore[misc]
 
     def propose_exchanges(self, s: State, allowed: Allowed) -> Iterator[Proposal]:
-        if not self.metric.exchanges:
-            return
         lo, hi = self.bounds(s)
-        yield from self._exchanges(s, [b for b in s.brokers() if s.usable(b)], lo, hi, allowed)
+        usable = [b for b in s.brokers() if s.usable(b)]
+        if self.metric.exchanges:
+            yield from self._exchanges(s, usable, lo, hi, allowed)
+        if self.metric.leader_exchanges:
+            yield from self._leader_exchanges(s, usable, lo, hi, allowed)
+
+    def _leader_exchanges(self, s: State, usable: list[int], lo: float, hi: float,
+                          allowed: Allowed) -> Iterator[Proposal]:
+        """Leadership exchanges between an over-loaded broker ``b`` and an under-loaded ``d`` (or one
+        outside the band on either side) that follow each other's partitions: ``k`` leaderships from
+        ``b`` to ``d`` for one from ``d`` back, nothing copied (preferred-leader changes only).
+
+        - k = 2 (leader count): the counts move by one while network out barely does: ``q``'s
+          leader network-out is the nearest to the sum of ``p1``'s and ``p2``'s (the single leader
+          move the network-out goal refused is traded for a near-neutral one);
+        - k = 1 (leader bytes in): a swap; the counts stay and ``in(p) - in(q)`` moves from ``b`` to
+          ``d``, chosen nearest to half the gap between them (so neither overshoots).
+
+        The goal's own band is kept as by single moves (``b`` stays above ``lo``, ``d`` below
+        ``hi``); the higher goals judge the net change (``accepts_all``)."""
+        k, fn = self.metric.leader_exchanges, self.metric.leader_amount
+        assert fn is not None
+        level, out = self._levels(s), s.leader_out
+        led_with: dict[int, dict[int, list[int]]] = {}  # leader -> follower -> partitions (stale: re-checked)
+
+        def shared(b: int, d: int) -> list[int]:
+            if b not in led_with:
+                by_follower: dict[int, list[int]] = {}
+                for p in s.on_broker[b]:
+                    if s.leader[p] == b:
+                        for f in s.replicas[p]:
+                            if f != b:
+                                by_follower.setdefault(f, []).append(p)
+                led_with[b] = by_follower
+            return [p for p in led_with[b].get(d, ()) if s.leader[p] == b and d in s.replicas[p]]
+
+        def fits(b: int, d: int, x: float) -> bool:
+            return x > 0 and level(b) - x >= lo and level(d) + x <= hi
+
+        for b in sorted(usable, key=lambda b: -level(b)):
+            for d in sorted(usable, key=level):
+                if level(d) >= level(b) or (level(b) <= hi and level(d) >= lo):
+                    break
+                tried = 0
+                while tried < EXCHANGES_TRIED and not (level(b) <= hi and level(d) >= lo):
+                    over, back = shared(b, d), shared(d, b)
+                    if len(over) < k or not back:
+                        break
+                    options: list[tuple[float, Exchange]] = []
+                    if k == 2:
+                        outs = {p: out(p) for p in over}
+                        back_by_out = sorted((out(q), q) for q in back)
+                        small = sorted(over, key=lambda p: (outs[p], p))[:8]
+                        for p1, p2 in combinations(small, 2):
+                            want = outs[p1] + outs[p2]
+                            i = bisect_left(back_by_out, (want, -1))
+                            for q_out, q in back_by_out[max(0, i - 1):i + 1]:  # the nearest below and above
+                                x = fn(s, p1, b) + fn(s, p2, b) - fn(s, q, d)
+                                if fits(b, d, x):
+                                    options.append((abs(q_out - want) / max(want, 1e-9), Exchange(
+                                        (LeaderMove(p1, b, d), LeaderMove(p2, b, d), LeaderMove(q, d, b)))))
+                    else:
+                        half = (level(b) - level(d)) / 2
+                        back_by_amount = sorted((fn(s, q, d), q) for q in back)
+                        for p in sorted(over, key=lambda p: (-fn(s, p, b), p))[:16]:
+                            amount = fn(s, p, b)
+                            i = bisect_left(back_by_amount, (amount - half, -1))
+                            for q_amount, q in back_by_amount[max(0, i - 1):i + 1]:
+                                x = amount - q_amount
+                                if fits(b, d, x):
+                                    options.append((abs(x - half), Exchange((LeaderMove(p, b, d), LeaderMove(q, d, b)))))
+                    options.sort(key=lambda o: o[0])
+                    chosen = None
+                    for _distance, exchange in options[:EXCHANGES_TRIED - tried]:
+                        tried += 1
+                        if allowed(exchange):
+                            chosen = exchange
+                            break
+                    if chosen is None:
+                        break
+                    yield chosen
 
     def _exchanges(self, s: State, usable: list[int], lo: float, hi: float, allowed: Allowed) -> Iterator[Proposal]:
         """2-for-1 exchanges between an over-loaded broker ``b`` and an under-loaded ``d`` (or one

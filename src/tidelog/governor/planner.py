@@ -123,10 +123,17 @@ class _PassExhausted(Exception):
     """Raised through a goal's generator when higher goals refused too many candidates in a row."""
 
 
+def _copies(move: Proposal) -> bool:
+    """Whether ``move`` moves a replica (copies data), not only leadership."""
+    return isinstance(move, ReplicaMove) or (isinstance(move, Exchange)
+                                             and any(isinstance(m, ReplicaMove) for m in move.moves))
+
+
 def _passes(s: State, goal: Goal, source: Callable[[State, Allowed], Iterator[Proposal]], prior: Sequence[Goal],
-            counts: list[int], max_passes: int, max_refusals: int) -> None:
+            counts: list[int], max_passes: int, max_refusals: int, leadership_only: bool) -> None:
     """Apply what ``source`` proposes and ``prior`` allows, pass after pass, until the goal is met or a
-    pass applies nothing; ``counts`` (replica moves, leader moves) is added to."""
+    pass applies nothing; ``counts`` (replica moves, leader moves) is added to. With
+    ``leadership_only`` a proposal that moves a replica is refused like one a higher goal refuses."""
     for _ in range(max_passes):
         if goal.violations(s) == 0:
             return
@@ -135,7 +142,8 @@ def _passes(s: State, goal: Goal, source: Callable[[State, Allowed], Iterator[Pr
 
         def allowed(move: Proposal) -> bool:
             nonlocal refusals
-            if all(h.accepts_all(s, move.moves) if isinstance(move, Exchange) else h.accepts(s, move) for h in prior):
+            if not (leadership_only and _copies(move)) and all(
+                    h.accepts_all(s, move.moves) if isinstance(move, Exchange) else h.accepts(s, move) for h in prior):
                 refusals = 0
                 return True
             refusals += 1
@@ -148,7 +156,8 @@ def _passes(s: State, goal: Goal, source: Callable[[State, Allowed], Iterator[Pr
                 applied += 1
                 if isinstance(move, Exchange):
                     s.apply_exchange(move)
-                    counts[0] += len(move.moves)
+                    for m in move.moves:
+                        counts[0 if isinstance(m, ReplicaMove) else 1] += 1
                 else:
                     s.apply(move)
                     counts[0 if isinstance(move, ReplicaMove) else 1] += 1
@@ -158,9 +167,12 @@ def _passes(s: State, goal: Goal, source: Callable[[State, Allowed], Iterator[Pr
             return
 
 
-def plan(model: ClusterModel, goals: Sequence[Goal], *, max_passes: int = 6, max_refusals: int = 3_000) -> Plan:
+def plan(model: ClusterModel, goals: Sequence[Goal], *, max_passes: int = 6, max_refusals: int = 3_000,
+         leadership_only: bool = False) -> Plan:
     """``max_refusals``: a pass of a goal ends after that many candidate moves in a row were refused by
-    higher goals (the goal is then as good as single moves under the higher goals make it)."""
+    higher goals (the goal is then as good as single moves under the higher goals make it).
+    ``leadership_only``: preferred-leader changes only, no data copied (the cheap part of a rebalance,
+    run first by an operator); a hard goal that only replica moves could meet is then reported unmet."""
     started = time.perf_counter()
     s = State(model)
     before = _scores(goals, s)
@@ -169,7 +181,7 @@ def plan(model: ClusterModel, goals: Sequence[Goal], *, max_passes: int = 6, max
         goal.prepare(s)
         # single moves first, then (for the goals that have them) exchanges, each with passes of its own
         for source in (goal.propose, goal.propose_exchanges):
-            _passes(s, goal, source, goals[:k], counts, max_passes, max_refusals)
+            _passes(s, goal, source, goals[:k], counts, max_passes, max_refusals, leadership_only)
     after = _scores(goals, s)
     reports = tuple(GoalReport(g.name, g.hard, b[0], a[0], b[1], a[1]) for g, b, a in zip(goals, before, after, strict=True))
     unmet = tuple(r.name for r in reports if r.hard and r.violations_after > 0)

@@ -11,8 +11,9 @@ Load each replica puts on its broker (per second, from the partition's client tr
 A replica move keeps the moved replica's position in the list; if it was the leader, the new replica
 becomes leader (Kafka elects the first live in-sync replica of the new assignment, which is it once
 the move completes). A leader move swaps the new leader to the front (the preferred position).
-An ``Exchange`` is replica moves of distinct partitions applied together (the balance goals' 2-for-1
-swaps): the planner asks the higher goals about their sum, not about each step.
+An ``Exchange`` is moves of distinct partitions applied together (the balance goals' 2-for-1 replica
+exchanges and their leadership exchanges and swaps): the planner asks the higher goals about their
+sum, not about each step.
 """
 
 from __future__ import annotations
@@ -36,14 +37,14 @@ class LeaderMove:
     destination: int
 
 
+Move = ReplicaMove | LeaderMove
+
+
 @dataclass(frozen=True, slots=True)
 class Exchange:
-    """Replica moves of distinct partitions, judged and applied as one."""
+    """Moves (replica or leadership) of distinct partitions, judged and applied as one."""
 
-    moves: tuple[ReplicaMove, ...]
-
-
-Move = ReplicaMove | LeaderMove
+    moves: tuple[Move, ...]
 
 
 class State:

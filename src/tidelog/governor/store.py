@@ -43,7 +43,10 @@ class Store:
 
     def ensure(self, admin: AdminClient) -> None:
         """Create the topic (compacted, replication factor min(3, brokers)) if it does not exist."""
-        metadata = admin.list_topics(timeout=self.timeout_s)
+        try:
+            metadata = admin.list_topics(timeout=self.timeout_s)
+        except KafkaException as exc:
+            raise StoreError(f"cannot list the cluster's topics: {exc.args[0].str()}") from None
         if self.topic in metadata.topics:
             return
         topic = NewTopic(self.topic, 1, min(3, max(1, len(metadata.brokers))), config={"cleanup.policy": "compact",

@@ -8,14 +8,19 @@ stream is out of step and the connection is dropped.
 
 Errors: anything that breaks the stream (connect failure, EOF, timeout, a frame that does not decode)
 raises ``BrokerUnreachable``; the caller backs off (``replica.fetch.backoff.ms``) and reconnects.
-Plain TCP only for now: the inter-broker listener must be PLAINTEXT (docs/cluster.md).
+Brokers reach each other over plain TCP (the inter-broker listener must be PLAINTEXT, docs/cluster.md);
+a caller that talks to a secured listener (the governor, ``tidelog.clients.security``) gives an
+``ssl.SSLContext`` and an ``authenticate`` step, run once right after each connect and before the
+connection counts as made: a failed authentication closes it and raises what the step raised.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import ssl
 import struct
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from kio.serial import entity_reader, entity_writer
@@ -32,10 +37,14 @@ class BrokerUnreachable(Exception):
 
 
 class KafkaConnection:
-    def __init__(self, host: str, port: int, client_id: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, host: str, port: int, client_id: str, *, timeout_s: float = 30.0,
+                 tls: ssl.SSLContext | None = None,
+                 authenticate: Callable[[KafkaConnection], Awaitable[None]] | None = None) -> None:
         self.host, self.port = host, port
         self.client_id = client_id
         self.timeout_s = timeout_s
+        self.tls = tls
+        self.authenticate = authenticate
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._correlation_id = 0
@@ -47,10 +56,22 @@ class KafkaConnection:
     async def connect(self) -> None:
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.timeout_s
+                asyncio.open_connection(self.host, self.port, ssl=self.tls,
+                                        server_hostname=self.host if self.tls is not None else None),
+                self.timeout_s,
             )
-        except (OSError, TimeoutError) as exc:
-            raise BrokerUnreachable(f"cannot connect to broker at {self.host}:{self.port}: {exc}") from None
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError: a refused certificate lands here
+            over = " over TLS" if self.tls is not None else ""
+            why = str(exc) or type(exc).__name__
+            if self.tls is not None and isinstance(exc, (ConnectionResetError, ssl.SSLEOFError)):
+                why += " (the broker hung up on the TLS handshake: a PLAINTEXT or SASL_PLAINTEXT listener?)"
+            raise BrokerUnreachable(f"cannot connect to broker at {self.host}:{self.port}{over}: {why}") from None
+        if self.authenticate is not None:
+            try:
+                await self.authenticate(self)
+            except BaseException:
+                await self.aclose()
+                raise
 
     async def call(self, request: Any, *, timeout_s: float | None = None) -> Any:
         """Send ``request`` (a kio request entity) and return the decoded response."""
@@ -65,7 +86,7 @@ class KafkaConnection:
             frame = await asyncio.wait_for(self._read_frame(), timeout_s or self.timeout_s)
         except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             self.close()
-            raise BrokerUnreachable(f"broker at {self.host}:{self.port}: {exc or type(exc).__name__}") from None
+            raise BrokerUnreachable(f"broker at {self.host}:{self.port}: {str(exc) or type(exc).__name__}") from None
         response_type = response_schema(request.__api_key__, request.__version__)
         try:
             header, offset = entity_reader(response_type.__header_schema__)(frame, 0)
@@ -100,3 +121,15 @@ class KafkaConnection:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
+
+    async def aclose(self, timeout_s: float = 1.0) -> None:
+        """``close``, then wait for the transport to be gone (a TLS one exchanges close_notify first):
+        for callers whose event loop may end right after, which would find the transport still open."""
+        writer = self._writer
+        self.close()
+        if writer is None:
+            return
+        try:
+            await asyncio.wait_for(writer.wait_closed(), timeout_s)
+        except (OSError, TimeoutError):
+            writer.transport.abort()

@@ -67,6 +67,18 @@ def test_a_dry_run_plan_changes_nothing_and_execute_stores_it() -> None:
     assert moves and {m["state"] for m in moves} == {"pending"}
 
 
+def test_a_leadership_only_plan_moves_no_replica() -> None:
+    # the six partitions sit on brokers 1 and 2, all led by 1: the full plan copies data onto broker 3,
+    # the leadership-only one only hands leaderships to broker 2
+    http, engine, _ = client()
+    asyncio.run(engine.tick())
+    full = http.post("/v1/plans", json={}).json()
+    assert full["bytesToCopy"] > 0
+    cheap = http.post("/v1/plans", json={"leadershipOnly": True}).json()
+    assert cheap["ok"] and cheap["replicaMoves"] == 0 and cheap["bytesToCopy"] == 0 and cheap["leaderMoves"] > 0
+    assert all(sorted(m["after"]) == sorted(m["before"]) and m["after"][0] == 2 for m in cheap["moves"])
+
+
 def test_pause_and_resume_write_the_control_record_and_the_metric() -> None:
     http, engine, store = client()
     asyncio.run(engine.tick())

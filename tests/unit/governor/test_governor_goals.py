@@ -209,3 +209,86 @@ def test_an_exchange_never_breaks_rack_awareness() -> None:
     result = plan(model, goals)
     final = State(execute_in_simulation(model, result.moves))
     assert RackAwareGoal().violations(final) == 0
+
+
+def leaders_tight_on_network_out() -> ClusterModel:
+    # both brokers hold every partition; broker 1 leads six small partitions (leader network out 10
+    # each), broker 2 three big ones (20 each): network out even (60/60), leader counts 6 against 3.
+    # One leadership moved 1 -> 2 takes broker 1's network out below its band (50 < 54); two small
+    # over for one big back moves the counts by one and network out not at all
+    parts = [("small", [1, 2], 10, 5.0, 5.0)] * 6 + [("big", [2, 1], 10, 10.0, 10.0)] * 3
+    return small_cluster([(1, "a"), (2, "b")], parts, disk_capacity=10_000)
+
+
+def test_leader_count_converges_by_leadership_exchanges_when_network_out_refuses_single_moves() -> None:
+    model = leaders_tight_on_network_out()
+    goals: list[Goal] = [BalanceGoal(NETWORK_OUT, 0.10), BalanceGoal(LEADERS, 0.10)]
+    s = State(model)
+    assert [g.violations(s) for g in goals] == [0, 2]
+    assert violations_after(model, goals) == {"network-out": 0, "leader-count": 0}
+    result = plan(model, goals)
+    # preferred-leader changes only: one exchange, three partitions reordered, nothing copied
+    assert (result.replica_moves, result.leader_moves, result.bytes_to_copy) == (0, 3, 0)
+    assert all(m.leader_only for m in result.moves)
+    assert sorted((m.topic, m.after[0]) for m in result.moves) == [("big", 1), ("small", 2), ("small", 2)]
+
+
+def test_without_leadership_exchanges_the_leader_count_goal_stays_unmet() -> None:
+    single_moves_only = BalanceGoal(dataclasses.replace(LEADERS, leader_exchanges=0), 0.10)
+    after = violations_after(leaders_tight_on_network_out(), [BalanceGoal(NETWORK_OUT, 0.10), single_moves_only])
+    assert after == {"network-out": 0, "leader-count": 2}
+
+
+def test_leader_bytes_in_converges_by_leadership_swaps_that_keep_the_counts() -> None:
+    # three leaderships each; broker 1's carry 40+30+20 bytes in/s, broker 2's 15+10+5: the counts are
+    # held exactly (threshold 0), so only a swap can move bytes in; 40 for 10 evens it (60/60)
+    parts = [("hot", [1, 2], 10, rate, 0.0) for rate in (40.0, 30.0, 20.0)]
+    parts += [("cold", [2, 1], 10, rate, 0.0) for rate in (15.0, 10.0, 5.0)]
+    model = small_cluster([(1, "a"), (2, "b")], parts, disk_capacity=10_000)
+    goals: list[Goal] = [BalanceGoal(LEADERS, 0.0), BalanceGoal(LEADER_IN, 0.10)]
+    assert violations_after(model, goals) == {"leader-count": 0, "leader-bytes-in": 0}
+    result = plan(model, goals)
+    assert (result.replica_moves, result.leader_moves, result.bytes_to_copy) == (0, 2, 0)
+    final = State(execute_in_simulation(model, result.moves))
+    assert final.leader_count == [3, 3] and final.leader_in == [60.0, 60.0]
+    swapped = {(m.topic, m.partition): m.after[0] for m in result.moves}
+    assert swapped == {("hot", 0): 2, ("cold", 1): 1}
+
+
+def test_leadership_exchanges_never_break_a_higher_goal() -> None:
+    # the same exchange, but broker 2 is excluded (draining): leadership may not go there
+    model = leaders_tight_on_network_out().with_excluded({2: "draining"})
+    goals: list[Goal] = [ExcludedBrokersGoal(), BalanceGoal(NETWORK_OUT, 0.10), BalanceGoal(LEADERS, 0.10)]
+    s = State(model)
+    exchange = (LeaderMove(0, 0, 1), LeaderMove(1, 0, 1), LeaderMove(6, 1, 0))
+    assert not ExcludedBrokersGoal().accepts_all(s, exchange)
+    result = plan(model, goals)
+    assert all(m.after[0] != 2 for m in result.moves if m.leader_only)
+
+
+def test_capacity_goals_count_no_replica_and_no_byte_for_a_leadership_exchange() -> None:
+    s = State(leaders_tight_on_network_out())
+    exchange = (LeaderMove(0, 0, 1), LeaderMove(1, 0, 1), LeaderMove(6, 1, 0))
+    assert ReplicaCapacityGoal(max_replicas=1).accepts_all(s, exchange)
+    assert DiskCapacityGoal(threshold=0.0001).accepts_all(s, exchange)
+    s.apply_exchange(Exchange(exchange))
+    assert s.leader_count == [5, 4] and s.replica_count == [9, 9] and s.nw_out == [60.0, 60.0]
+
+
+def test_a_leadership_only_plan_copies_nothing_and_reports_what_only_data_moves_could_meet() -> None:
+    # replicas all on brokers 1 and 2, all led by 1, broker 3 empty: disk and replica counts need data
+    # moves, leadership does not
+    parts = [("t", [1, 2], 100, 10.0, 10.0) for _ in range(6)]
+    model = small_cluster([(1, "a"), (2, "b"), (3, "c")], parts, disk_capacity=10_000)
+    goals = default_goals()
+    full = plan(model, goals)
+    assert full.bytes_to_copy > 0
+    cheap = plan(model, goals, leadership_only=True)
+    assert cheap.ok and cheap.replica_moves == 0 and cheap.bytes_to_copy == 0 and cheap.leader_moves > 0
+    assert all(m.leader_only for m in cheap.moves)
+    reports = {g.name: g for g in cheap.goals}
+    assert reports["disk-usage"].violations_after == reports["disk-usage"].violations_before > 0
+    assert reports["leader-count"].score_after < reports["leader-count"].score_before
+    # a hard goal that only data moves can meet is reported unmet: such a plan must not be executed
+    drained = plan(model.with_excluded({1: "draining"}), goals, leadership_only=True)
+    assert not drained.ok and "excluded-brokers" in drained.unmet_hard
