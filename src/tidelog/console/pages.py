@@ -39,6 +39,7 @@ from starlette.templating import Jinja2Templates
 
 from tidelog.console import messages, quotas, reset
 from tidelog.console.auth import COOKIE, PRE_LOGIN_COOKIE, Authenticator, Session
+from tidelog.console.charts import BrokerCharts
 from tidelog.console.config import ConsoleConfig
 from tidelog.console.kafka import KafkaFailure, KafkaView, TopicInfo
 from tidelog.console.lag import Status
@@ -55,13 +56,14 @@ MAX_FORM_BYTES = 1024 * 1024
 
 class Pages:
     def __init__(self, config: ConsoleConfig, view: KafkaView, sampler: LagSampler, auth: Authenticator,
-                 scraper: Scraper, http: httpx.AsyncClient) -> None:
+                 scraper: Scraper, http: httpx.AsyncClient, charts: BrokerCharts) -> None:
         self.config = config
         self.view = view
         self.sampler = sampler
         self.auth = auth
         self.scraper = scraper
         self.http = http
+        self.charts = charts
         env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
         self.templates = Jinja2Templates(env=env)
         self.templates.env.filters["ms"] = _format_ms
@@ -199,7 +201,8 @@ class Pages:
         versions = sorted({labels.get("version", "") for _, labels, _ in scrape.values("tidelog_build_info")}
                           - {""}) if scrape is not None else []
         return {
-            "info": info, "disks": disks, "versions": versions,
+            "info": info, "disks": disks, "versions": versions, "charts": self.charts.document(),
+            "metrics": self.scraper.enabled,
             "scrape_errors": scrape.errors if scrape else {},
             "values": {
                 "brokers": len(info.brokers), "topics": len(info.topics), "partitions": info.partition_count,
@@ -220,7 +223,7 @@ class Pages:
 
     async def overview_json(self, request: Request) -> Response:
         data = await self._overview_data()
-        return JSONResponse({"values": data["values"], "disks": data["disks"]})
+        return JSONResponse({"values": data["values"], "disks": data["disks"], "charts": data["charts"]})
 
     # -- topics ---------------------------------------------------------------------------------
 
