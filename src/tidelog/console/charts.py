@@ -5,7 +5,8 @@
 
 - ``bytes_in`` / ``bytes_out``: the increase of ``tidelog_topic_bytes_in_total`` /
   ``tidelog_topic_bytes_out_total`` (summed over topics) since this sampler's previous reading of the
-  same endpoint, divided by the seconds between the two readings;
+  same endpoint, divided by the seconds between the two readings (a tidelog endpoint, known by its
+  ``tidelog_build_info``, that has no such series yet has moved no bytes: its rate is 0);
 - ``disk``: bytes used on the file systems of the endpoint's log dirs, the sum over its log dirs of
   ``tidelog_log_dir_total_bytes - tidelog_log_dir_usable_bytes``.
 
@@ -43,6 +44,7 @@ Point = tuple[int, float | None]
 SERIES = ("bytes_in", "bytes_out", "disk")
 BYTES_IN, BYTES_OUT = "tidelog_topic_bytes_in_total", "tidelog_topic_bytes_out_total"
 DISK_TOTAL, DISK_USABLE = "tidelog_log_dir_total_bytes", "tidelog_log_dir_usable_bytes"
+BUILD_INFO = "tidelog_build_info"  # a tidelog endpoint: no byte counter yet means nothing moved yet
 
 
 class Ring:
@@ -162,7 +164,7 @@ class BrokerCharts:
 
     def _rates(self, url: str, at: float, families: dict[str, list[tuple[dict[str, str], float]]]
                ) -> tuple[float | None, float | None]:
-        if BYTES_IN not in families and BYTES_OUT not in families:
+        if BYTES_IN not in families and BYTES_OUT not in families and BUILD_INFO not in families:
             self._previous.pop(url, None)
             return None, None
         total_in = sum(v for _, v in families.get(BYTES_IN, []))

@@ -97,3 +97,13 @@ def test_an_endpoint_without_tidelogs_series_gets_gaps_not_zeros() -> None:
     charts = BrokerCharts(parse_config({}), Scraper([url]), clock=lambda: 1.0)
     charts.record(Scrape(1.0, {url: parse_exposition('kafka_server_brokertopicmetrics_bytesin_total 5\n')}))
     assert all(charts.rings[(name, url)].points() == [(1000, None)] for name in ("bytes_in", "bytes_out", "disk"))
+
+
+def test_a_tidelog_endpoint_before_any_traffic_reads_as_zero_not_as_a_gap() -> None:
+    url = "http://idle:9100/metrics"
+    now = [1.0]
+    charts = BrokerCharts(parse_config({}), Scraper([url]), clock=lambda: now[0])
+    for at in (1.0, 2.0):
+        charts.record(Scrape(at, {url: parse_exposition('tidelog_build_info{version="1"} 1\n')}))
+        now[0] += 1
+    assert charts.rings[("bytes_in", url)].points() == [(1000, None), (2000, 0.0)]
