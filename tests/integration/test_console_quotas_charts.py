@@ -263,8 +263,9 @@ def test_throughput_and_disk_charts_draw_points_after_traffic(
     finally:
         stop.set()
         worker.join(10)
-    disk = drawn("disk")
+    disk, log_size = drawn("disk"), drawn("log-size")
     assert len(disk) >= 2 and max(disk) > 1, disk
+    assert max(log_size) > 1 and log_size[-1] >= log_size[0], log_size  # the topic's records now on disk
     legend = svg_text(browser, "#chart-bytes-in text.legend")
     assert legend.startswith(f"127.0.0.1:{broker.properties['metrics.port']}: ")
     with httpx.Client(base_url=console.url, cookies={c["name"]: c["value"] for c in browser.get_cookies()}) as client:

@@ -8,7 +8,9 @@
   same endpoint, divided by the seconds between the two readings (a tidelog endpoint, known by its
   ``tidelog_build_info``, that has no such series yet has moved no bytes: its rate is 0);
 - ``disk``: bytes used on the file systems of the endpoint's log dirs, the sum over its log dirs of
-  ``tidelog_log_dir_total_bytes - tidelog_log_dir_usable_bytes``.
+  ``tidelog_log_dir_total_bytes - tidelog_log_dir_usable_bytes``;
+- ``log_size``: bytes of the partitions' segments the endpoint's broker holds, the sum of
+  ``tidelog_log_size_bytes`` (the part of ``disk`` that is the broker's own data).
 
 A series is a ``Ring``: at most ``console.chart.history.s / interval`` points ``(t_ms, value)``,
 oldest dropped first, times strictly increasing. ``None`` is a gap, drawn as a break in the line: the
@@ -41,8 +43,9 @@ from tidelog.console.scrape import Scrape, Scraper
 
 log = logging.getLogger(__name__)
 Point = tuple[int, float | None]
-SERIES = ("bytes_in", "bytes_out", "disk")
+SERIES = ("bytes_in", "bytes_out", "disk", "log_size")
 BYTES_IN, BYTES_OUT = "tidelog_topic_bytes_in_total", "tidelog_topic_bytes_out_total"
+LOG_SIZE = "tidelog_log_size_bytes"
 DISK_TOTAL, DISK_USABLE = "tidelog_log_dir_total_bytes", "tidelog_log_dir_usable_bytes"
 BUILD_INFO = "tidelog_build_info"  # a tidelog endpoint: no byte counter yet means nothing moved yet
 
@@ -153,13 +156,15 @@ class BrokerCharts:
         now_ms = int(self.clock() * 1000)
         for url in self.scraper.urls:
             families = scrape.by_url.get(url)
-            in_rate = out_rate = disk = None
+            in_rate = out_rate = disk = log_size = None
             if families is not None:
                 in_rate, out_rate = self._rates(url, scrape.at, families)
                 disk = _disk_used(families)
+                if LOG_SIZE in families:
+                    log_size = sum(v for _, v in families[LOG_SIZE])
             else:
                 self._previous.pop(url, None)
-            for name, value in (("bytes_in", in_rate), ("bytes_out", out_rate), ("disk", disk)):
+            for name, value in (("bytes_in", in_rate), ("bytes_out", out_rate), ("disk", disk), ("log_size", log_size)):
                 self.rings.setdefault((name, url), Ring(self.capacity)).append(now_ms, value)
 
     def _rates(self, url: str, at: float, families: dict[str, list[tuple[dict[str, str], float]]]

@@ -62,7 +62,8 @@ def exposition(bytes_in: float, bytes_out: float, *, used: float = 0.0) -> str:
             f'tidelog_topic_bytes_in_total{{topic="b"}} {bytes_in / 2}\n'
             f'tidelog_topic_bytes_out_total{{topic="a"}} {bytes_out}\n'
             f'tidelog_log_dir_total_bytes{{log_dir="/d1"}} 1000\ntidelog_log_dir_usable_bytes{{log_dir="/d1"}} {1000 - used}\n'
-            f'tidelog_log_dir_total_bytes{{log_dir="/d2"}} 500\ntidelog_log_dir_usable_bytes{{log_dir="/d2"}} 500\n')
+            f'tidelog_log_dir_total_bytes{{log_dir="/d2"}} 500\ntidelog_log_dir_usable_bytes{{log_dir="/d2"}} 500\n'
+            f'tidelog_log_size_bytes{{topic="a",partition="0"}} {used / 4}\ntidelog_log_size_bytes{{topic="a",partition="1"}} {used / 4}\n')
 
 
 def test_rates_come_from_this_samplers_consecutive_readings_of_each_endpoint_and_a_reset_is_a_gap() -> None:
@@ -86,6 +87,7 @@ def test_rates_come_from_this_samplers_consecutive_readings_of_each_endpoint_and
     assert [v for _, v in charts.rings[("bytes_in", urls[1])].points()] == [None, None, None, 1000.0]
     assert [v for _, v in charts.rings[("disk", urls[0])].points()] == [100.0, 150.0, 150.0, 150.0]
     assert [v for _, v in charts.rings[("disk", urls[1])].points()] == [0.0, None, 0.0, 0.0]
+    assert [v for _, v in charts.rings[("log_size", urls[0])].points()] == [50.0, 75.0, 75.0, 75.0]
     assert [t for t, _ in charts.rings[("disk", urls[1])].points()] == [100_000, 101_000, 102_000, 103_000]
     doc = charts.document()
     assert [line["name"] for line in doc["bytes_in"]["lines"]] == ["b1:9100", "b2:9100"]
@@ -96,7 +98,8 @@ def test_an_endpoint_without_tidelogs_series_gets_gaps_not_zeros() -> None:
     url = "http://kafka:7071/metrics"
     charts = BrokerCharts(parse_config({}), Scraper([url]), clock=lambda: 1.0)
     charts.record(Scrape(1.0, {url: parse_exposition('kafka_server_brokertopicmetrics_bytesin_total 5\n')}))
-    assert all(charts.rings[(name, url)].points() == [(1000, None)] for name in ("bytes_in", "bytes_out", "disk"))
+    assert all(charts.rings[(name, url)].points() == [(1000, None)]
+               for name in ("bytes_in", "bytes_out", "disk", "log_size"))
 
 
 def test_a_tidelog_endpoint_before_any_traffic_reads_as_zero_not_as_a_gap() -> None:
