@@ -33,6 +33,8 @@ from confluent_kafka.admin import (
 )
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.wait import WebDriverWait
 
 from helpers.broker_process import BrokerProcess, free_port, register_failure_report, wait_until
 from helpers.cli_runner import run_cli
@@ -190,8 +192,9 @@ def test_an_admin_sets_and_deletes_quotas_and_sees_the_brokers_refusals(
 
     row = next(r for r in browser.find_elements(By.CSS_SELECTOR, "#quotas tbody tr")
                if r.find_element(By.TAG_NAME, "td").text == user)
+    old = browser.find_element(By.TAG_NAME, "html")
     row.find_element(By.CSS_SELECTOR, "button[data-delete='producer_byte_rate']").click()
-    wait_until(lambda: "quota deleted" in flash(browser), 10, message="deleted")
+    WebDriverWait(browser, 15).until(expected_conditions.staleness_of(old))
     assert flash(browser) == f"quota deleted: user={user} producer_byte_rate"
     assert quotas_of(capsys, broker, user) == {"tidelog.tier": 2.0}
 

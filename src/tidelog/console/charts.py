@@ -20,7 +20,7 @@ counter went down (the broker restarted; the next reading starts a new line).
 Drawing is split so that the arithmetic is tested here and the browser only places elements:
 ``svg_path`` turns points into an SVG path ``d`` (``M`` starts a line, ``L`` continues it; a gap
 ends it; a lone point is ``M x y h0``, drawn as a dot by the round line cap), ``nice_ceiling``
-picks the y axis' top (1, 2 or 5 times a power of ten), and ``chart_document`` is what the overview's
+picks the y axis' top (1, 2 or 5 times a power of ten, of KiB, MiB... for bytes), and ``chart_document`` is what the overview's
 JSON twin sends for each chart; ``static/console.js`` draws the axes, the labels and the paths.
 """
 
@@ -94,10 +94,14 @@ class Box:
         return self.top + (self.height - self.top - self.bottom) * (1 - value / top_value if top_value > 0 else 1)
 
 
-def nice_ceiling(value: float) -> float:
-    """The smallest of 1, 2, 5 times a power of ten that is at least ``value`` (1 for nothing)."""
+def nice_ceiling(value: float, base: int = 1000) -> float:
+    """The smallest of 1, 2, 5 times a power of ten that is at least ``value`` (1 for nothing); with
+    ``base=1024``, in the binary unit the value is shown in (9.5 MiB gives 10 MiB, not 10 MB)."""
     if not value > 0 or math.isinf(value):
         return 1.0
+    if base != 1000:
+        unit = float(base ** max(0, math.floor(math.log(value, base))))
+        return nice_ceiling(value / unit) * unit
     power = 10 ** math.floor(math.log10(value))
     for step in (1, 2, 5, 10):
         if step * power >= value * (1 - 1e-12):
@@ -122,14 +126,14 @@ def svg_path(points: Sequence[Point], t0: float, t1: float, top_value: float, bo
     return " ".join(parts)
 
 
-def chart_document(series: dict[str, Sequence[Point]], box: Box = Box()) -> dict[str, Any]:
+def chart_document(series: dict[str, Sequence[Point]], box: Box = Box(), base: int = 1000) -> dict[str, Any]:
     """What the browser needs to draw one chart: a path per named series, the axes' ends."""
     times = [t for points in series.values() for t, _ in points]
     values = [v for points in series.values() for _, v in points if v is not None]
     if not times:
         return {"t0": 0, "t1": 0, "top": 1.0, "lines": []}
     t0, t1 = min(times), max(max(times), min(times) + 1)
-    top = nice_ceiling(max(values, default=0.0))
+    top = nice_ceiling(max(values, default=0.0), base)
     return {"t0": t0, "t1": t1, "top": top, "box": [box.width, box.height, box.left, box.right, box.top, box.bottom],
             "lines": [{"name": name, "d": svg_path(points, t0, t1, top, box),
                        "last": next((v for _, v in reversed(points) if v is not None), None)}
@@ -160,8 +164,8 @@ class BrokerCharts:
             if families is not None:
                 in_rate, out_rate = self._rates(url, scrape.at, families)
                 disk = _disk_used(families)
-                if LOG_SIZE in families:
-                    log_size = sum(v for _, v in families[LOG_SIZE])
+                if LOG_SIZE in families or BUILD_INFO in families:
+                    log_size = sum(v for _, v in families.get(LOG_SIZE, []))
             else:
                 self._previous.pop(url, None)
             for name, value in (("bytes_in", in_rate), ("bytes_out", out_rate), ("disk", disk), ("log_size", log_size)):
@@ -184,7 +188,7 @@ class BrokerCharts:
     def document(self, since_ms: int | None = None) -> dict[str, Any]:
         """Every chart, for the page and its JSON twin: ``{series: chart_document}``."""
         return {name: chart_document({endpoint_name(url): self.rings[(name, url)].points(since_ms)
-                                      for url in self.scraper.urls if (name, url) in self.rings})
+                                      for url in self.scraper.urls if (name, url) in self.rings}, base=1024)
                 for name in SERIES}
 
     async def sample(self, http: httpx.AsyncClient) -> None:

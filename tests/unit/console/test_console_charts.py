@@ -31,6 +31,13 @@ def test_the_y_axis_top_is_one_two_or_five_times_a_power_of_ten(value: float, ce
     assert nice_ceiling(value) == ceiling
 
 
+@pytest.mark.parametrize(("value", "ceiling"), [
+    (900, 1000.0), (1000, 1000.0), (1500, 2048.0), (5.6e6, 10 * 2**20), (2**20, 2**20), (3 * 2**30, 5 * 2**30), (0, 1.0),
+])
+def test_a_bytes_axis_top_is_round_in_binary_units(value: float, ceiling: float) -> None:
+    assert nice_ceiling(value, 1024) == ceiling
+
+
 def test_a_path_starts_with_move_continues_with_lines_and_scales_time_and_value() -> None:
     points = [(0, 0.0), (500, 50.0), (1000, 100.0)]
     assert svg_path(points, 0, 1000, 100.0, BOX) == "M10.0 50.0 L60.0 25.0 L110.0 0.0"
@@ -91,7 +98,7 @@ def test_rates_come_from_this_samplers_consecutive_readings_of_each_endpoint_and
     assert [t for t, _ in charts.rings[("disk", urls[1])].points()] == [100_000, 101_000, 102_000, 103_000]
     doc = charts.document()
     assert [line["name"] for line in doc["bytes_in"]["lines"]] == ["b1:9100", "b2:9100"]
-    assert doc["bytes_in"]["top"] == 5000.0 and doc["disk"]["lines"][0]["last"] == 150.0
+    assert doc["bytes_in"]["top"] == 5 * 1024 and doc["disk"]["lines"][0]["last"] == 150.0
 
 
 def test_an_endpoint_without_tidelogs_series_gets_gaps_not_zeros() -> None:
@@ -110,3 +117,4 @@ def test_a_tidelog_endpoint_before_any_traffic_reads_as_zero_not_as_a_gap() -> N
         charts.record(Scrape(at, {url: parse_exposition('tidelog_build_info{version="1"} 1\n')}))
         now[0] += 1
     assert charts.rings[("bytes_in", url)].points() == [(1000, None), (2000, 0.0)]
+    assert charts.rings[("log_size", url)].points() == [(1000, 0.0), (2000, 0.0)]
