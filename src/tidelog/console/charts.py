@@ -101,7 +101,8 @@ def nice_ceiling(value: float, base: int = 1000) -> float:
         return 1.0
     if base != 1000:
         unit = float(base ** max(0, math.floor(math.log(value, base))))
-        return nice_ceiling(value / unit) * unit
+        mantissa = nice_ceiling(value / unit)
+        return unit * base if mantissa > 1000 else mantissa * unit  # 2000 KiB would read 1.95 MiB
     power = 10 ** math.floor(math.log10(value))
     for step in (1, 2, 5, 10):
         if step * power >= value * (1 - 1e-12):

@@ -32,7 +32,7 @@ def test_the_y_axis_top_is_one_two_or_five_times_a_power_of_ten(value: float, ce
 
 
 @pytest.mark.parametrize(("value", "ceiling"), [
-    (900, 1000.0), (1000, 1000.0), (1500, 2048.0), (5.6e6, 10 * 2**20), (2**20, 2**20), (3 * 2**30, 5 * 2**30), (0, 1.0),
+    (900, 1000.0), (1000, 1000.0), (1500, 2048.0), (1.02e6, 1000 * 1024), (1.03e6, 2**20), (5.6e6, 10 * 2**20), (2**20, 2**20), (3 * 2**30, 5 * 2**30), (0, 1.0),
 ])
 def test_a_bytes_axis_top_is_round_in_binary_units(value: float, ceiling: float) -> None:
     assert nice_ceiling(value, 1024) == ceiling
