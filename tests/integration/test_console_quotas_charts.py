@@ -1,7 +1,8 @@
 """The console's quotas page and its time charts, in Debian's headless Chromium against a real broker.
 
 One secured broker for the module (SASL, ACLs on). The console connects as the SCRAM user
-``console`` (so its quota requests go through ``console.wire``'s SCRAM exchange), allowed to describe
+``console`` (so its quota requests go through ``console.wire``'s SCRAM exchange, after passing over
+a bootstrap server listed first where nothing listens), allowed to describe
 the cluster and its configs; ALTER_CONFIGS on the cluster is granted only in the middle of the form
 test, so that the broker's refusal is seen first. Quotas are set and checked independently with the
 ``tidelog quotas`` CLI (its own connection code) as the super user ``admin``. Charts are sampled every
@@ -94,7 +95,8 @@ def console(broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> 
         "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "SCRAM-SHA-512",
         "kafka.sasl.username": "console", "kafka.sasl.password": CONSOLE_SCRAM_PASSWORD,
     }
-    with ConsoleProcess(workdir, broker.bootstrap, settings).start() as process:
+    dead = f"127.0.0.1:{free_port()}"  # listed first: the quota requests must pass over it to the broker
+    with ConsoleProcess(workdir, f"{dead},{broker.bootstrap}", settings).start() as process:
         yield process
     assert CONSOLE_SCRAM_PASSWORD not in process.log_path.read_text(), "a secret reached the log"
 

@@ -1,10 +1,11 @@
 """Kafka requests that librdkafka does not offer, on the console's own connection settings.
 
 confluent-kafka 2.16 has no DescribeClientQuotas or AlterClientQuotas; the quotas page sends them
-with the project's codec (kio entities). ``Wire.call`` opens one connection to the first bootstrap
-server, authenticates it exactly as the console's ``kafka.*`` settings tell librdkafka to, sends one
-request, decodes its answer and closes: quota requests are rare (a page view, a form), so there is no
-pool to keep healthy.
+with the project's codec (kio entities). ``Wire.call`` opens one connection to a bootstrap server
+(the first that accepts one, in the order given), authenticates it exactly as the console's
+``kafka.*`` settings tell librdkafka to, sends one request, decodes its answer and closes: quota
+requests are rare (a page view, a form), so there is no pool to keep healthy. Any broker answers
+both requests (a Kafka broker forwards AlterClientQuotas to its controller).
 
 Settings read (librdkafka's names, from ``ConsoleConfig.kafka_config``):
 
@@ -17,7 +18,8 @@ Settings read (librdkafka's names, from ``ConsoleConfig.kafka_config``):
 
 Every failure is a ``KafkaFailure``: the broker's error by Kafka's name when it answered with one,
 ``NETWORK_EXCEPTION`` when the connection failed, ``SASL_AUTHENTICATION_FAILED`` when it refused the
-console's credentials. The password never appears in a message.
+console's credentials, ``UNSUPPORTED_VERSION`` when its answer does not decode (a broker that does not
+serve the request). The password never appears in a message.
 """
 
 from __future__ import annotations
@@ -61,26 +63,32 @@ class Wire:
         self.username = str(config.get("sasl.username", ""))
         self._password = str(config.get("sasl.password", ""))
         self._tls = _tls_context(config) if self.protocol in ("SSL", "SASL_SSL") else None
-        first = str(config["bootstrap.servers"]).split(",")[0].strip().split("://", 1)[-1]
-        host, _, port = first.rpartition(":")
-        if not host or not port.isdigit():
-            raise KafkaFailure("INVALID_CONFIG", f"bootstrap server {first!r} is not HOST:PORT")
-        self.address = (host.strip("[]"), int(port))
+        self.addresses = [_address(text) for text in str(config["bootstrap.servers"]).split(",") if text.strip()]
+        if not self.addresses:
+            raise KafkaFailure("INVALID_CONFIG", "bootstrap.servers is empty")
         self._correlation = 0
 
     def call(self, request: Any) -> Any:
-        """Send one request (a kio request entity) on a new connection; its decoded answer."""
-        try:
-            with self._connect() as sock:
-                return self._exchange(sock, request, "tidelog-console")
-        except (OSError, ssl.SSLError) as exc:
-            raise KafkaFailure("NETWORK_EXCEPTION", f"{self.address[0]}:{self.address[1]}: {exc}") from None
+        """Send one request (a kio request entity) on a new connection; its decoded answer. A server
+        that cannot be reached is passed over for the next; an error once connected is final."""
+        unreachable = []
+        for address in self.addresses:
+            try:
+                sock = socket.create_connection(address, timeout=self.timeout_s)
+            except OSError as exc:
+                unreachable.append(f"{address[0]}:{address[1]}: {exc}")
+                continue
+            try:
+                with self._secure(sock, address) as ready:
+                    return self._exchange(ready, request, "tidelog-console")
+            except (OSError, ssl.SSLError) as exc:
+                raise KafkaFailure("NETWORK_EXCEPTION", f"{address[0]}:{address[1]}: {exc}") from None
+        raise KafkaFailure("NETWORK_EXCEPTION", "no bootstrap server reachable: " + "; ".join(unreachable))
 
-    def _connect(self) -> socket.socket:
-        sock = socket.create_connection(self.address, timeout=self.timeout_s)
+    def _secure(self, sock: socket.socket, address: tuple[str, int]) -> socket.socket:
         try:
             if self._tls is not None:
-                sock = self._tls.wrap_socket(sock, server_hostname=self.address[0])
+                sock = self._tls.wrap_socket(sock, server_hostname=address[0])
             if self.protocol.startswith("SASL_"):
                 self._authenticate(sock)
         except BaseException:
@@ -123,11 +131,24 @@ class Wire:
             raise OSError(f"an answer frame of {size} bytes")
         frame = _exactly(sock, size)
         response_type = load_response_schema(request.__api_key__, request.__version__)
-        header, offset = entity_reader(response_type.__header_schema__)(frame, 0)
+        try:
+            header, offset = entity_reader(response_type.__header_schema__)(frame, 0)
+            body, _ = entity_reader(response_type)(frame, offset)
+        except Exception as exc:  # an answer in another version's shape: a broker without this request
+            raise KafkaFailure("UNSUPPORTED_VERSION", f"the answer to {type(request).__name__} "
+                               f"v{request.__version__} does not decode ({type(exc).__name__}): "
+                               "the broker may not serve it") from None
         if header.correlation_id != self._correlation:
             raise OSError("the broker answered out of order")
-        body, _ = entity_reader(response_type)(frame, offset)
         return body
+
+
+def _address(text: str) -> tuple[str, int]:
+    server = text.strip().split("://", 1)[-1]
+    host, _, port = server.rpartition(":")
+    if not host or not port.isdigit():
+        raise KafkaFailure("INVALID_CONFIG", f"bootstrap server {server!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
 
 
 def _tls_context(config: Mapping[str, Any]) -> ssl.SSLContext:

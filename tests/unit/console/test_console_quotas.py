@@ -64,3 +64,57 @@ def test_tier_rules_read_throttled_paused_and_free_from_broker_settings() -> Non
                      {"tier": "low", "rate": "1048576", "state": "throttled"}]
     paused = tier_rules({"quota.tier.low.byte.rate": "1048576", "quota.tier.low.paused": "true"})
     assert paused[1]["state"] == "paused" and paused[0]["state"] == "free"
+
+
+def test_the_wire_names_every_unreachable_bootstrap_server_and_refuses_bad_settings() -> None:
+    from kio.schema.describe_client_quotas.v0.request import DescribeClientQuotasRequest
+
+    from tidelog.console.kafka import KafkaFailure
+    from tidelog.console.wire import Wire
+
+    closed = [free_port(), free_port()]
+    wire = Wire({"bootstrap.servers": f"127.0.0.1:{closed[0]}, PLAINTEXT://127.0.0.1:{closed[1]}"}, 2.0)
+    with pytest.raises(KafkaFailure) as refused:
+        wire.call(DescribeClientQuotasRequest(components=(), strict=False))
+    assert refused.value.code == "NETWORK_EXCEPTION"
+    assert f"127.0.0.1:{closed[0]}: " in refused.value.message and f"127.0.0.1:{closed[1]}: " in refused.value.message
+    with pytest.raises(KafkaFailure, match="INVALID_CONFIG: bootstrap server 'broker' is not HOST:PORT"):
+        Wire({"bootstrap.servers": "broker"}, 1.0)
+    with pytest.raises(KafkaFailure, match="UNSUPPORTED_SASL_MECHANISM"):
+        Wire({"bootstrap.servers": "b:1", "security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI"}, 1.0)
+
+
+def test_an_answer_that_does_not_decode_is_reported_as_a_broker_without_the_request() -> None:
+    import socket
+    import struct
+    import threading
+
+    from kio.schema.describe_client_quotas.v0.request import DescribeClientQuotasRequest
+
+    from tidelog.console.kafka import KafkaFailure
+    from tidelog.console.wire import Wire
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer_short() -> None:  # the correlation id, then two bytes where a whole response belongs
+        conn, _ = listener.accept()
+        with conn:
+            (size,) = struct.unpack(">i", conn.recv(4))
+            conn.recv(size)
+            conn.sendall(struct.pack(">ii", 6, 1) + b"\0\0")
+
+    thread = threading.Thread(target=answer_short, daemon=True)
+    thread.start()
+    wire = Wire({"bootstrap.servers": f"127.0.0.1:{listener.getsockname()[1]}"}, 2.0)
+    with pytest.raises(KafkaFailure, match="UNSUPPORTED_VERSION: the answer to DescribeClientQuotasRequest v0 "
+                                           "does not decode"):
+        wire.call(DescribeClientQuotasRequest(components=(), strict=False))
+    thread.join(5)
+    listener.close()
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
