@@ -5,15 +5,13 @@ allowed to describe the cluster and do anything to topics and groups but create 
 file (``root`` admin, ``viewer`` read-only), one browser. The tests click through every page and
 check what the page shows against the cluster's real state, read with confluent-kafka as ``admin``.
 
-Screenshots of every page go to the test's ``tmp_path``; with ``TIDELOG_CONSOLE_SCREENSHOTS=DIR`` they
-are also copied there (how docs/console/*.png were made).
+Screenshots of every page go to the module's temporary folder; with ``TIDELOG_CONSOLE_SCREENSHOTS=DIR``
+they are also copied there (how docs/console/*.png were made; helpers/console_browser.py).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,15 +33,13 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from helpers.broker_process import BrokerProcess, free_port, register_failure_report, wait_until
 from helpers.clients import FAST_CLIENT, unique_topic
+from helpers.console_browser import chromium_driver, click, fill, flash, open_details, screenshot, text
+from helpers.console_browser import login as login_as
 from helpers.console_process import ConsoleProcess
 from tidelog.console.auth import hash_password
 
@@ -112,15 +108,7 @@ def console(secured: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture(scope="module")
 def browser(console: ConsoleProcess) -> Iterator[WebDriver]:
-    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    if chromium is None or driver_path is None:
-        pytest.fail("chromium and chromium-driver are not installed: run `scripts/bootstrap test`")
-    options = Options()
-    options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    driver.implicitly_wait(0)
+    driver = chromium_driver()
     try:
         yield driver
     finally:
@@ -132,63 +120,8 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("screenshots")
 
 
-def screenshot(driver: WebDriver, shots: Path, name: str) -> None:
-    height = int(driver.execute_script("return Math.min(2400, document.documentElement.scrollHeight)"))
-    metrics = {"width": 1280, "height": max(600, height), "deviceScaleFactor": 1, "mobile": False}
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)  # the whole page, not the window
-    path = shots / f"{name}.png"
-    driver.save_screenshot(str(path))
-    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
-    if target := os.environ.get("TIDELOG_CONSOLE_SCREENSHOTS"):
-        Path(target).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(target) / path.name)
-
-
-def text(driver: WebDriver, css: str) -> str:
-    """The element's text; found again if the page replaced it in between (a navigation or a refresh
-    that swaps the node: chromedriver says "stale" or "does not belong to the document")."""
-    for _ in range(20):
-        try:
-            return str(driver.find_element(By.CSS_SELECTOR, css).text)
-        except WebDriverException as exc:
-            if not isinstance(exc, StaleElementReferenceException) and "does not belong to the document" not in str(exc):
-                raise
-            time.sleep(0.1)
-    return str(driver.find_element(By.CSS_SELECTOR, css).text)
-
-
-def fill(driver: WebDriver, css: str, value: str) -> None:
-    element = driver.find_element(By.CSS_SELECTOR, css)
-    element.clear()
-    element.send_keys(value)
-
-
-def click(driver: WebDriver, css: str) -> None:
-    """Click a submit button and wait for the page it leads to (the old page's root goes stale)."""
-    from selenium.webdriver.support import expected_conditions
-    from selenium.webdriver.support.wait import WebDriverWait
-    old = driver.find_element(By.TAG_NAME, "html")
-    driver.find_element(By.CSS_SELECTOR, css).click()
-    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(old))
-    WebDriverWait(driver, 15).until(lambda d: d.execute_script("return document.readyState") == "complete")
-
-
-def open_details(driver: WebDriver, css: str) -> None:
-    driver.execute_script("document.querySelector(arguments[0]).open = true", css)
-
-
-def flash(driver: WebDriver) -> str:
-    return text(driver, "#flash")
-
-
 def login(driver: WebDriver, console: ConsoleProcess, user: str) -> None:
-    driver.get(f"{console.url}/login")
-    driver.delete_all_cookies()
-    driver.get(f"{console.url}/login")
-    fill(driver, "#user", user)
-    fill(driver, "#password", PASSWORDS[user])
-    click(driver, "#login")
-    wait_until(lambda: user in text(driver, "#whoami"), 5, message="logged in")
+    login_as(driver, console, user, PASSWORDS[user])
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ without one to ``/login`` (HTML) or answers 401 (``/api/...`` and POSTs). Open w
 Prometheus, which do not log in; they show lag figures, never records or settings). Without a password
 file, a visitor gets a signed ``anonymous`` admin session cookie on first sight.
 
-Start-up order: the sampler's first poll runs in the background (pages answer at once; lag figures
+Start-up order: the lag sampler's first poll and the chart sampler (``charts``, when metrics
+endpoints are configured) run in the background (pages answer at once; lag figures
 appear after the first poll), then the listener opens. ``/readyz`` reports ``cluster`` (the last
 sampler poll succeeded) and ``sampler`` (at least one poll done).
 """
@@ -26,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tidelog.console import messages
 from tidelog.console.auth import COOKIE, Authenticator
 from tidelog.console.burrow import BurrowApi
+from tidelog.console.charts import BrokerCharts
 from tidelog.console.config import ConsoleConfig
 from tidelog.console.kafka import KafkaView
 from tidelog.console.pages import Pages
@@ -106,7 +108,9 @@ def build(config: ConsoleConfig, http: httpx.AsyncClient, *, secret: bytes | Non
     sampler = LagSampler(config, view, lambda positions: messages.timestamp_at(config, positions))
     registry.add_collector(sampler.collect)
     auth = Authenticator(config.users_file, secret, config.session_max_age_s)
-    pages = Pages(config, view, sampler, auth, Scraper(config.metrics_urls), http)
+    scraper = Scraper(config.metrics_urls)
+    charts = BrokerCharts(config, scraper)
+    pages = Pages(config, view, sampler, auth, scraper, http, charts)
     burrow = BurrowApi(config.cluster_name, sampler, view)
 
     def cluster_ready() -> tuple[bool, str]:
@@ -118,6 +122,7 @@ def build(config: ConsoleConfig, http: httpx.AsyncClient, *, secret: bytes | Non
     app = create_app([*burrow.routes(), *pages.routes()], registry=registry,
                      readiness=[("cluster", cluster_ready), ("sampler", sampler_ready)])
     app.add_middleware(SessionGate, auth=auth)
+    app.state.charts = charts
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per scrape otherwise
     if not auth.enabled:
         log.warning("console.users.file is not set: every visitor is an admin (use it on loopback only)")
@@ -137,6 +142,7 @@ async def run(config: ConsoleConfig, stop: asyncio.Event) -> None:
     async with httpx.AsyncClient() as http:
         app, sampler = build(config, http, secret=load_secret(config))
         sampling = asyncio.create_task(sampler.run(stop))
+        charting = asyncio.create_task(app.state.charts.run(stop, http))
         log.info("console for cluster %s (%s) on %s; client settings %s", config.cluster_name,
                  config.bootstrap_servers, config.listener().url, config.redacted())
         try:
@@ -144,3 +150,4 @@ async def run(config: ConsoleConfig, stop: asyncio.Event) -> None:
         finally:
             stop.set()
             await sampling
+            await charting

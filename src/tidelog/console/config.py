@@ -8,7 +8,8 @@ and TLS (``kafka.security.protocol=SASL_SSL``, ``kafka.sasl.mechanism=SCRAM-SHA-
 look secret (``password``, ``secret``, ``key``) are never shown: ``redacted`` replaces them.
 
 Optional endpoints: ``console.metrics.urls`` (comma-separated brokers' Prometheus endpoints, for disk
-usage and byte rates), ``console.gateway.url``, ``console.mirror.url``, ``console.governor.url``
+usage and byte rates, sampled every ``console.chart.interval.ms`` for the charts, whose history is
+``console.chart.history.s`` long), ``console.gateway.url``, ``console.mirror.url``, ``console.governor.url``
 (their panels are shown only when set).
 """
 
@@ -45,6 +46,8 @@ class ConsoleConfig:
     lag_history_s: int = 3600
     request_timeout_ms: int = 10_000
     refresh_ms: int = 5_000
+    chart_interval_ms: int = 10_000
+    chart_history_s: int = 3600
     metadata_max_age_ms: int = 2_000
     metrics_urls: tuple[str, ...] = ()
     gateway_url: str = ""
@@ -108,6 +111,8 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "console.lag.history.s": ("lag_history_s", _positive),
     "console.request.timeout.ms": ("request_timeout_ms", _positive),
     "console.refresh.ms": ("refresh_ms", _positive),
+    "console.chart.interval.ms": ("chart_interval_ms", _positive),
+    "console.chart.history.s": ("chart_history_s", _positive),
     "console.metadata.max.age.ms": ("metadata_max_age_ms", lambda t: max(0, int(t))),
     "console.metrics.urls": ("metrics_urls", _urls),
     "console.gateway.url": ("gateway_url", _url),

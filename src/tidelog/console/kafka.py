@@ -278,6 +278,13 @@ class KafkaView:
         return [ConfigValue(e.name, None if e.is_sensitive else e.value, _source(e.source), bool(e.is_read_only),
                             bool(e.is_sensitive)) for e in sorted(entries.values(), key=lambda e: e.name)]
 
+    def broker_configs(self, broker: int) -> dict[str, str | None]:
+        """One broker's settings by name (what DescribeConfigs shows of them)."""
+        futures = self.admin.describe_configs([ConfigResource(ResourceType.BROKER, str(broker))],
+                                              request_timeout=self.timeout)
+        entries = self._wait(next(iter(futures.values())))
+        return {e.name: None if e.is_sensitive else e.value for e in entries.values()}
+
     def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]) -> None:
         futures = self.admin.create_topics([NewTopic(name, partitions, replication_factor, config=configs)],
                                            request_timeout=self.timeout)

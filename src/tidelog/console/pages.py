@@ -37,13 +37,15 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from tidelog.console import messages, reset
+from tidelog.console import messages, quotas, reset
 from tidelog.console.auth import COOKIE, PRE_LOGIN_COOKIE, Authenticator, Session
+from tidelog.console.charts import BrokerCharts
 from tidelog.console.config import ConsoleConfig
 from tidelog.console.kafka import KafkaFailure, KafkaView, TopicInfo
 from tidelog.console.lag import Status
 from tidelog.console.sampler import LagSampler
 from tidelog.console.scrape import Scraper
+from tidelog.console.wire import Wire
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
@@ -54,13 +56,14 @@ MAX_FORM_BYTES = 1024 * 1024
 
 class Pages:
     def __init__(self, config: ConsoleConfig, view: KafkaView, sampler: LagSampler, auth: Authenticator,
-                 scraper: Scraper, http: httpx.AsyncClient) -> None:
+                 scraper: Scraper, http: httpx.AsyncClient, charts: BrokerCharts) -> None:
         self.config = config
         self.view = view
         self.sampler = sampler
         self.auth = auth
         self.scraper = scraper
         self.http = http
+        self.charts = charts
         env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
         self.templates = Jinja2Templates(env=env)
         self.templates.env.filters["ms"] = _format_ms
@@ -84,6 +87,8 @@ class Pages:
             r("/groups/{group}", self.group), r("/api/groups/{group}", self.group_json),
             r("/groups/{group}/reset", self.reset_offsets, methods=["POST"]),
             r("/security", self.security),
+            r("/quotas", self.quotas), r("/quotas", self.set_quota, methods=["POST"]),
+            r("/quotas/delete", self.delete_quota, methods=["POST"]),
             r("/platform", self.platform),
             Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         ]
@@ -196,7 +201,8 @@ class Pages:
         versions = sorted({labels.get("version", "") for _, labels, _ in scrape.values("tidelog_build_info")}
                           - {""}) if scrape is not None else []
         return {
-            "info": info, "disks": disks, "versions": versions,
+            "info": info, "disks": disks, "versions": versions, "charts": self.charts.document(),
+            "metrics": self.scraper.enabled,
             "scrape_errors": scrape.errors if scrape else {},
             "values": {
                 "brokers": len(info.brokers), "topics": len(info.topics), "partitions": info.partition_count,
@@ -217,7 +223,7 @@ class Pages:
 
     async def overview_json(self, request: Request) -> Response:
         data = await self._overview_data()
-        return JSONResponse({"values": data["values"], "disks": data["disks"]})
+        return JSONResponse({"values": data["values"], "disks": data["disks"], "charts": data["charts"]})
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -537,6 +543,61 @@ class Pages:
             acls = [a for a in acls if principal.lower() in a.principal.lower()]
         return self.render(request, "security.html", acls=acls, users=users, acl_error=acl_error,
                            user_error=user_error, principal=principal, connection=self.config.redacted())
+
+    # -- quotas and tiers -------------------------------------------------------------------------
+
+    def _wire(self) -> Wire:
+        return Wire(self.config.kafka_config(), self.view.timeout)
+
+    async def quotas(self, request: Request) -> Response:
+        entries: list[quotas.QuotaEntry] = []
+        error = rules_error = ""
+        try:
+            entries = await self.call(lambda: quotas.describe(self._wire()))
+        except KafkaFailure as exc:
+            error = str(exc)
+        rules: list[dict[str, str]] = []
+        tier_default = ""
+        try:
+            info = await self.call(self.view.cluster)
+            configs = await self.call(self.view.broker_configs, info.brokers[0].id) if info.brokers else {}
+            if "quota.tier.default" in configs:  # a tidelog cluster; Apache Kafka has no tiers
+                rules, tier_default = quotas.tier_rules(configs), configs["quota.tier.default"] or ""
+        except KafkaFailure as exc:
+            rules_error = str(exc)
+        q = request.query_params.get("q", "").strip()
+        rows = [e for e in entries if q.lower() in quotas.entity_text(e.entity).lower()]
+        page, pages, shown = _paginate(rows, request)
+        return self.render(request, "quotas.html", entries=shown, error=error, rules=rules, rules_error=rules_error,
+                           tier_default=tier_default, tiers_known=bool(rules) or any(e.tier for e in entries),
+                           q=q, page=page, pages=pages, total=len(rows), url=_url_with(request.url),
+                           keys=quotas.KEYS, number=quotas.number_text, default=quotas.DEFAULT)
+
+    async def set_quota(self, request: Request) -> Response:
+        fields = await self.form(request)
+        try:
+            entity = quotas.parse_entity(fields)
+            key = fields.get("key", "").strip()
+            if not key:
+                raise ValueError("choose the quota's key")
+            value = quotas.parse_value(key, fields.get("value", ""))
+            await self.call(lambda: quotas.alter(self._wire(), entity, {key: value}))
+        except (ValueError, KafkaFailure) as exc:
+            return self.redirect("/quotas", "error", f"quota not set: {exc}")
+        return self.redirect("/quotas", "ok",
+                             f"quota set: {quotas.entity_text(entity)} {key}={quotas.number_text(value)}")
+
+    async def delete_quota(self, request: Request) -> Response:
+        fields = await self.form(request)
+        try:
+            entity = quotas.parse_entity({"entity": fields.get("entity", "")})
+            key = fields.get("key", "").strip()
+            if not key:
+                raise ValueError("the form names no key: reload the page")
+            await self.call(lambda: quotas.alter(self._wire(), entity, {}, (key,)))
+        except (ValueError, KafkaFailure) as exc:
+            return self.redirect("/quotas", "error", f"quota not deleted: {exc}")
+        return self.redirect("/quotas", "ok", f"quota deleted: {quotas.entity_text(entity)} {key}")
 
     async def platform(self, request: Request) -> Response:
         panels = []
