@@ -23,6 +23,7 @@ The issue's goal: in ``fault`` the healthy dir's p99 stays within 2x of ``baseli
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import struct
 import sys
@@ -37,10 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-
 from peers import start_tidelog  # type: ignore[import-not-found]
 
-args_show_log = bool(__import__("os").environ.get("SLOW_DISK_BENCH_LOG"))
+SHOW_LOG = bool(os.environ.get("SLOW_DISK_BENCH_LOG"))  # print the broker log's tail after each scenario
 FAST = {"socket.nagle.disable": True, "topic.metadata.refresh.interval.ms": 1000}
 
 
@@ -183,7 +183,7 @@ def run_scenario(name: str, delay_ms: int, seconds: float, backlog: int) -> dict
                     reader.join(15)
         finally:
             broker.stop()
-            if args_show_log:
+            if SHOW_LOG:
                 print(broker.log_path.read_text()[-4000:])
     return {
         "ack_p50": statistics.median(healthy.acks) if healthy.acks else float("nan"),
