@@ -4,10 +4,12 @@ One event loop serves every connection, so any call on it that waits for a disk 
 segment that is not in the page cache, an ``fsync``) holds up every client of the broker, whatever
 disk their partitions live on. This module decides where the disk work of a request runs:
 
-- **inline**, on the loop: a read of a *healthy* log dir that the page-cache estimate calls *hot*
-  (``broker/read_throttle.py``: the fetch offset is within ``MessageInRate x T`` of the log end), and
-  every read at the log end (nothing to read, no file touched). This is the common case, a consumer
-  keeping up, and it stays as fast as it was: the bytes still go out with ``sendfile``.
+- **inline**, on the loop: a read of a *healthy* log dir that is *hot*: it starts in the active
+  segment (just written), or in an older one that the page-cache estimate calls hot
+  (``broker/read_throttle.py``: within ``MessageInRate x T`` of the log end); and every read at the
+  log end (nothing to read, no file touched). This is the common case, a consumer keeping up, and it
+  stays as it was: the bytes still go out with ``sendfile``. Followers' reads are not classified
+  (replication stays inline unless the dir is slow).
 - **the log dir's pool** (``tidelog.log.dir.io.threads`` threads per dir): cold reads, every read of a
   dir marked *slow*, and produce's fsyncs (``flush.messages``/``flush.ms``). A pooled read does the
   whole disk part in the worker, the batch lookup and the ``pread`` of the bytes, so the response
@@ -85,6 +87,7 @@ class DiskPools:
         self.config = config
         self.logs = logs
         self._dirs: dict[Path, DirState] = {}
+        self._by_log: dict[Path, DirState] = {}
         self.threads = 0
         self.slow_read_s = 0.05
         self._slow_fetch: ThreadPoolExecutor | None = None
@@ -100,6 +103,7 @@ class DiskPools:
     def refresh(self) -> None:
         """Take the settings (they are dynamic); pools are made on first use and kept."""
         c = self.config
+        self._by_log.clear()
         self.threads = c.get_int("tidelog.log.dir.io.threads")
         self.slow_read_s = c.get_int("tidelog.log.dir.slow.read.ms") / 1000
         if hasattr(self, "marker"):
@@ -127,8 +131,15 @@ class DiskPools:
         return state
 
     def dir_of(self, plog: PartitionLog) -> DirState | None:
-        path = self.logs.log_dir_of(plog.topic, plog.partition)
-        return None if path is None else self._dirs.get(path)
+        # Keyed by the partition's own directory (whose parent is its log dir, so a moved log is a
+        # new key): one dict lookup per read instead of the log manager's lock. Cleared by refresh.
+        state = self._by_log.get(plog.dir)
+        if state is None:
+            path = self.logs.log_dir_of(plog.topic, plog.partition)
+            state = None if path is None else self._dirs.get(path)
+            if state is not None:
+                self._by_log[plog.dir] = state
+        return state
 
     # -- reads ------------------------------------------------------------------------------------
 

@@ -186,7 +186,10 @@ def _read_partition(
         disk = ctx.disk
         if disk is not None and state.fetch_offset < plog.log_end_offset:  # at the log end no file is touched
             on = disk.dir_of(plog)
-            cold = not replica and _estimated_cold(ctx, tp, state.fetch_offset, plog.log_end_offset)
+            # The active segment was just written: hot whatever the estimate (which calls everything
+            # below the log end cold on a partition taking nothing in). Older segments: the estimate's call.
+            cold = (not replica and state.fetch_offset < plog.active_segment.base_offset
+                    and _estimated_cold(ctx, tp, state.fetch_offset, plog.log_end_offset))
             if disk.offloaded(on, cold, slow) and on is not None:
                 result.pending = (on, read)  # _read_all awaits it on the dir's pool
                 return result
