@@ -7,7 +7,10 @@ One tidelog broker with two log dirs (``data/a``, ``data/b``) and one topic on e
 *healthy* topic (on ``data/a``) has a paced producer (one 100 B record every 10 ms, acks=all,
 linger 0) and a consumer in a group at its tail. Printed per scenario, for the healthy dir's
 clients: the producer's ack latency and the end-to-end latency (produce to consume), p50/p99/max in
-ms; and the records the slow dir's readers got.
+ms; the records the slow dir's readers got; and *loop stalls*: of the broker's own event-loop lag
+samples during the run (``tidelog_event_loop_lag_seconds``, one every 250 ms), those more than
+50 ms late. A client's spike with no stall is the machine (the client's or the broker's process not
+scheduled), not the broker's loop.
 
 Scenarios (each on a fresh broker):
 
@@ -30,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -38,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from peers import start_tidelog  # type: ignore[import-not-found]
+from peers import free_port, start_tidelog  # type: ignore[import-not-found]
 
 SHOW_LOG = bool(os.environ.get("SLOW_DISK_BENCH_LOG"))  # print the broker log's tail after each scenario
 FAST = {"socket.nagle.disable": True, "topic.metadata.refresh.interval.ms": 1000}
@@ -142,6 +146,18 @@ class HealthyClients:
             thread.join(15)
 
 
+def _stalls(metrics_port: int) -> tuple[float, float]:
+    """The broker's own loop-lag samples (one per 250 ms): (all, those later than 50 ms)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    total = under = 0.0
+    for line in text.splitlines():
+        if line.startswith("tidelog_event_loop_lag_seconds_count"):
+            total = float(line.rsplit(" ", 1)[1])
+        elif line.startswith('tidelog_event_loop_lag_seconds_bucket{le="0.05"}'):
+            under = float(line.rsplit(" ", 1)[1])
+    return total, total - under
+
+
 def _pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -153,7 +169,8 @@ def run_scenario(name: str, delay_ms: int, seconds: float, backlog: int) -> dict
     with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
         workdir = Path(tmp)
         data = workdir / "data"
-        overrides = {"log.dirs": f"{data / 'a'},{data / 'b'}"}
+        metrics_port = free_port()
+        overrides = {"log.dirs": f"{data / 'a'},{data / 'b'}", "metrics.port": str(metrics_port)}
         if name.startswith("fault"):
             overrides["tidelog.test.log.dir.read.delay"] = f"{data / 'b'}:{delay_ms}"
         if name == "fault-inline":
@@ -172,9 +189,11 @@ def run_scenario(name: str, delay_ms: int, seconds: float, backlog: int) -> dict
                 time.sleep(2.0)  # warm-up: assignments settle, the slow dir gets marked
                 healthy.measuring = True
                 read_before = sum(r.count for r in readers)
+                lag_before = _stalls(metrics_port)
                 time.sleep(seconds)
                 healthy.measuring = False
                 read = sum(r.count for r in readers) - read_before
+                lag_after = _stalls(metrics_port)
             finally:
                 for reader in readers:
                     reader.stop.set()
@@ -191,6 +210,7 @@ def run_scenario(name: str, delay_ms: int, seconds: float, backlog: int) -> dict
         "e2e_p50": statistics.median(healthy.e2e) if healthy.e2e else float("nan"),
         "e2e_p99": _pct(healthy.e2e, 0.99), "e2e_max": max(healthy.e2e, default=float("nan")),
         "samples": float(len(healthy.e2e)), "slow_read_per_s": read / seconds,
+        "stalls": lag_after[1] - lag_before[1], "lag_samples": lag_after[0] - lag_before[0],
     }
 
 
@@ -202,12 +222,13 @@ def main() -> None:
     parser.add_argument("--scenarios", default="baseline,fault,fault-inline")
     args = parser.parse_args()
     print(f"healthy dir's clients, ms (delay {args.delay_ms} ms on the slow dir's reads, {args.seconds:.0f} s each)")
-    print(f"{'scenario':14s} {'ack p50':>8s} {'ack p99':>8s} {'ack max':>8s} {'e2e p50':>8s} {'e2e p99':>8s} {'e2e max':>8s} {'samples':>8s} {'slow-dir rec/s':>15s}")
+    print(f"{'scenario':14s} {'ack p50':>8s} {'ack p99':>8s} {'ack max':>8s} {'e2e p50':>8s} {'e2e p99':>8s} {'e2e max':>8s} {'samples':>8s} {'slow-dir rec/s':>15s} {'loop stalls':>12s}")
     results = {}
     for name in args.scenarios.split(","):
         r = results[name] = run_scenario(name, args.delay_ms, args.seconds, args.backlog)
         print(f"{name:14s} {r['ack_p50']:8.1f} {r['ack_p99']:8.1f} {r['ack_max']:8.1f} {r['e2e_p50']:8.1f} "
-              f"{r['e2e_p99']:8.1f} {r['e2e_max']:8.1f} {r['samples']:8.0f} {r['slow_read_per_s']:15.0f}", flush=True)
+              f"{r['e2e_p99']:8.1f} {r['e2e_max']:8.1f} {r['samples']:8.0f} {r['slow_read_per_s']:15.0f} "
+              f"{r['stalls']:5.0f} of {r['lag_samples']:<3.0f}", flush=True)
     if "baseline" in results and "fault" in results:
         ratio = results["fault"]["e2e_p99"] / results["baseline"]["e2e_p99"]
         print(f"fault / baseline e2e p99: {ratio:.2f}x (goal: within 2x)")
