@@ -4,7 +4,7 @@ Each Produce and Fetch a connection sends is timed from decode to answer, less t
 on purpose (a long poll in the purgatory, ``RequestTimer.remote_s``): what the broker spent serving
 it, disk waits included. A connection's score is the moving average of those times (the newest
 weighing ``SCORE_WEIGHT``, so about the last ten requests count). A connection is marked **slow** when
-its score passes ``tidelog.connection.slow.request.ms`` and unmarked when it falls below half of it
+its score passes ``tidelog.connection.slow.request.ms`` (after ``MIN_REQUESTS`` requests) and unmarked when it falls below half of it
 (the gap keeps a connection near the line from flapping); 0 turns marking off.
 
 What marking changes (``broker/disk_pools.py``): a slow connection's disk work, its reads whatever
@@ -31,6 +31,7 @@ from tidelog.observability.registry import Registry
 log = logging.getLogger(__name__)
 
 SCORE_WEIGHT = 0.2
+MIN_REQUESTS = 3  # a connection is judged on a few requests, not on its first alone
 
 
 @dataclass(slots=True)
@@ -63,7 +64,7 @@ class SlowMarker:
             if score.slow:
                 self.forget(score)
             return
-        if not score.slow and score.score_ms > self.threshold_ms:
+        if not score.slow and score.score_ms > self.threshold_ms and score.requests >= MIN_REQUESTS:
             score.slow = True
             self.marked += 1
             self.m_slow.set((), self.marked)

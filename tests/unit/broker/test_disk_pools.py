@@ -122,6 +122,16 @@ def test_a_connection_is_marked_slow_past_the_threshold_and_unmarked_below_half(
     assert marker.marked == 0
 
 
+def test_one_slow_first_request_does_not_mark_a_connection() -> None:
+    marker = SlowMarker(BrokerConfig.from_properties({"tidelog.connection.slow.request.ms": "100"}), Registry())
+    score = ConnectionScore()
+    marker.observe(score, 1.0)
+    assert not score.slow
+    marker.observe(score, 1.0)
+    marker.observe(score, 1.0)
+    assert score.slow
+
+
 def test_marking_is_off_at_zero() -> None:
     marker = SlowMarker(BrokerConfig.from_properties({"tidelog.connection.slow.request.ms": "0"}), Registry())
     score = ConnectionScore()
