@@ -19,6 +19,10 @@ disk their partitions live on. This module decides where the disk work of a requ
   work for a connection marked slow (``broker/slow_connections.py``), whatever its dir, so clients
   whose requests keep taking long do not take the dir pools' threads from the others.
 
+Bounds: a dir's pool has ``tidelog.log.dir.io.threads`` threads; what waits for them is at most one
+read or flush per connection (a connection's requests are served one at a time), so the queue is
+bounded by the connections, and a waiting request holds nothing on the loop.
+
 A dir is marked **slow** when one of its reads (inline or pooled, timed here) takes longer than
 ``tidelog.log.dir.slow.read.ms``, and unmarked when the moving average of its pooled reads has
 fallen below half of that: the probe is the pooled reads themselves, so a dir recovers without a
