@@ -112,10 +112,10 @@ async def run(count: int, repeat: int, profile: bool) -> None:
         try:
             assert node.server is not None and node.ctx is not None
             server, ctx = node.server, node.ctx
-            assert ctx.topics.create_topic("bench", 1, 1).ok
+            assert (await ctx.topics.create_topic("bench", 1, 1)).ok
             topic_id = ctx.image.topics["bench"].topic_id.bytes
             assert ctx.producer_ids is not None
-            producer_id = ctx.producer_ids.allocate()
+            producer_id = await ctx.producer_ids.allocate()
             log = ctx.logs.get_log("bench", 0)
             assert log is not None
             conn = ConnectionInfo(peer="bench", listener=node.server.bound[0], host="127.0.0.1")

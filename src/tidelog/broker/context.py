@@ -7,10 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tidelog.broker.disk_pools import DiskPools
 from tidelog.broker.fetch_sessions import FetchSessionCache
 from tidelog.broker.producer_ids import ProducerIdAllocator
 from tidelog.broker.purgatory import FetchPurgatory
 from tidelog.broker.quota_runtime import QuotaRuntime
+from tidelog.broker.slow_connections import ConnectionScore
 from tidelog.broker.topic_admin import TopicAdmin
 from tidelog.common.config import BrokerConfig
 from tidelog.metadata.image import ClusterImage
@@ -60,6 +62,7 @@ class ConnectionInfo:
     # Set by a handler (Produce, Fetch) from the client's byte-rate quota: the server writes it into the
     # response and mutes the connection that long (broker/quota_runtime.py). Reset per request.
     throttle_ms: int = 0
+    score: ConnectionScore = field(default_factory=ConnectionScore)  # slow-connection marking (slow_connections.py)
 
 
 def wall_clock_ms() -> int:
@@ -88,6 +91,7 @@ class BrokerContext:
     authorizer: AccessGate | None = None
     metrics: BrokerMetrics = field(default_factory=lambda: BrokerMetrics(Registry()))
     quotas: QuotaRuntime | None = None  # client quotas (broker/quota_runtime.py); None: not enforced
+    disk: DiskPools | None = None  # where disk work runs (broker/disk_pools.py); None: inline, as before
 
     @property
     def image(self) -> ClusterImage:

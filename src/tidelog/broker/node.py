@@ -25,6 +25,7 @@ import time
 import uuid
 
 from tidelog.broker.context import BrokerContext, Endpoint
+from tidelog.broker.disk_pools import DiskPools
 from tidelog.broker.group_metrics import consumer_lag, group_counts_by_state
 from tidelog.broker.group_runtime import GroupRuntime
 from tidelog.broker.producer_ids import ProducerIdAllocator
@@ -94,6 +95,7 @@ class BrokerNode:
         self.logs: LogManager | None = None
         self._stop = asyncio.Event()
         self._tier_task: asyncio.Task[None] | None = None  # the saturation rule of priority tiers
+        self._disk_task: asyncio.Task[None] | None = None  # disk pools' settings refresh
         self.cluster_store: EtcdMetadataStore | None = None
         self.controller: ControllerService | None = None
         metrics_port = config.get("metrics.port")
@@ -140,6 +142,7 @@ class BrokerNode:
         self.ctx.producer_ids = ProducerIdAllocator(store)
         self.ctx.quotas = QuotaRuntime(self.config, self.obs.metrics.registry)
         self.ctx.quotas.cold_reads = ReadThrottleRuntime(self.config, self.logs, self.obs.metrics.registry)
+        self.ctx.disk = DiskPools(self.config, self.logs, self.obs.metrics.registry)
         return self.ctx
 
     def _build_security(self, ctx: BrokerContext) -> SecurityService:
@@ -199,6 +202,8 @@ class BrokerNode:
         self.logs.start_background()
         if ctx.quotas is not None:
             self._tier_task = asyncio.create_task(ctx.quotas.run(self.log_dirs))
+        if ctx.disk is not None:
+            self._disk_task = asyncio.create_task(ctx.disk.run())
         if self.cluster_store is not None:
             await self._join_cluster(ctx, self.cluster_store)
         listeners = ",".join(f"{e.name}://{e.host}:{e.port}" for e in self.server.bound)
@@ -345,8 +350,12 @@ class BrokerNode:
             await self.server.close()
         if self.security is not None:
             await self.security.stop()
+        if self._disk_task is not None:
+            self._disk_task.cancel()
         if self.logs is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.logs.shutdown)
+        if self.ctx is not None and self.ctx.disk is not None:
+            self.ctx.disk.shutdown()
         await self.obs.stop()
         log.info("tidelog stopped cleanly")
 

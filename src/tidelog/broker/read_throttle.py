@@ -112,6 +112,11 @@ class ReadThrottleRuntime:
         rate = self._offset_rates.get(tp)
         return is_cold(fetch_offset, log_end_offset, rate.rate() if rate else 0.0, state.horizon_s)
 
+    def cold(self, tp: TopicPartition, fetch_offset: int, log_end_offset: int) -> bool:
+        """The estimate alone: would a read at ``fetch_offset`` miss the page cache (disk_pools.py)?"""
+        state = self._state(tp)
+        return state is not None and self._cold(state, tp, fetch_offset, log_end_offset)
+
     def held(self, tp: TopicPartition, pl: PartitionLog, fetch_offset: int) -> bool:
         """Before a consumer's read: True when it is a cold read of a throttled partition over its rate."""
         state = self._state(tp)

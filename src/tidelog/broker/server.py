@@ -52,6 +52,7 @@ from tidelog.broker.receive_budget import ReceiveBudget
 from tidelog.broker.response_writer import ResponseWriter
 from tidelog.observability.broker_metrics import RequestTimer, api_name
 from tidelog.observability.logs import OncePerInterval, context
+from tidelog.protocol.apis import ApiKey
 from tidelog.protocol.codec import decode_request, encode_api_versions_unsupported, encode_response
 from tidelog.protocol.errors import Hint, ProtocolError, UnknownApiKey
 from tidelog.protocol.framing import FrameDecoder
@@ -64,6 +65,7 @@ from tidelog.security.principal import NoMatchingRule
 log = logging.getLogger(__name__)
 
 WRITE_HIGH_WATER = 4 * 1024 * 1024
+SCORED_APIS = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})  # what slow-connection marking scores (slow_connections.py)
 
 
 class RateLimitedLog:
@@ -276,6 +278,8 @@ class Server:
             log.exception("connection from %s (client %s) failed", peer, conn.client_id)
         finally:
             writer.close()
+            if self.ctx.disk is not None:
+                self.ctx.disk.marker.forget(conn.score)
 
     @staticmethod
     async def _mute(proto: KafkaProtocol, throttle_ms: int) -> None:
@@ -355,6 +359,8 @@ class Server:
         conn.throttle_ms = 0
         response = await handler(self.ctx, conn, header, request)
         timer.handled()
+        if header.api_key in SCORED_APIS and self.ctx.disk is not None and conn.listener.name != self.inter_broker_listener:
+            self.ctx.disk.marker.observe(conn.score, timer.handled_at - timer.decoded_at - timer.remote_s, conn.peer, conn.client_id)
         response = self._throttled(conn, header.api_key, timer, response)
         if response is not None:
             parts = encode_response(header, response)

@@ -194,6 +194,14 @@ def _link_name(value: Value) -> str | None:
     return "expected a mirror link name: letters, digits, '.', '_' and '-'"
 
 
+def _dir_delays(value: Value) -> str | None:
+    for item in value if isinstance(value, list) else []:
+        path, _, ms = str(item).strip().rpartition(":")
+        if not path or not ms.strip().isdigit():
+            return f"expected <log dir>:<milliseconds>, got {item!r}"
+    return None
+
+
 def _positive(value: Value) -> str | None:
     assert isinstance(value, int | float)
     return None if value > 0 else "must be larger than 0"
@@ -396,6 +404,13 @@ _BROKER: list[Setting] = [
     Setting("tidelog.read.throttle.partition.bytes.per.sec", Type.LONG, 1_048_576, "tidelog: cold-read bytes/s a throttled partition may still serve; 0: its cold reads are held entirely while throttled.", _B, True, at_least(0)),
     Setting("tidelog.read.throttle.residency.check.enable", Type.BOOLEAN, False, "tidelog: check each consumer read's page-cache residency with mincore(2) and count it against the estimate (Linux).", _B, True),
     Setting("tidelog.read.throttle.procfs.path", Type.STRING, "/proc", "tidelog: where meminfo and diskstats are read from.", _B, False),
+    # slow-request isolation (issue 22; docs/isolation.md, broker/disk_pools.py, broker/slow_connections.py)
+    Setting("tidelog.log.dir.io.threads", Type.INT, 2, "tidelog: threads per log dir for the disk work that may block (cold reads, reads of a dir marked slow, produce fsyncs); 0: no pools, all of it on the event loop as before.", _B, False, at_least(0)),
+    Setting("tidelog.log.dir.slow.read.ms", Type.LONG, 50, "tidelog: a log dir is marked slow (every read of it then runs on its pool) when one of its reads takes longer than this; unmarked when its pooled reads average under half of it.", _B, True, at_least(1)),
+    Setting("tidelog.connection.slow.request.ms", Type.LONG, 200, "tidelog: a connection is marked slow (its disk work then runs on the slow lanes) when the moving average of its Produce/Fetch service times, long-poll waits excluded, passes this; unmarked under half of it; 0: never.", _B, True, at_least(0)),
+    Setting("tidelog.slow.fetch.threads", Type.INT, 2, "tidelog: threads of the slow fetch lane, which serves the disk reads of connections marked slow.", _B, False, at_least(1)),
+    Setting("tidelog.slow.produce.threads", Type.INT, 1, "tidelog: threads of the slow produce lane, which serves the fsyncs of connections marked slow.", _B, False, at_least(1)),
+    Setting("tidelog.test.log.dir.read.delay", Type.LIST, [], "tidelog, TESTS ONLY: <log dir>:<ms> entries; every read of that dir that returns bytes, and every produce fsync of it, sleeps that long first (an injected slow disk).", _B, True, _dir_delays),
     # -- admin APIs answered as a single node (issue 24)
     Setting("max.request.partition.size.limit", Type.INT, 2000, "Most partitions one DescribeTopicPartitions response holds; the rest comes through its cursor.", _B, False, at_least(1)),
 ]

@@ -33,6 +33,10 @@ The rules, Kafka's:
   reads are throttled (its log dir's disk is over its threshold and it is among the heaviest cold
   readers) gets no data when it is a cold read over the partition's rate, like a KIP-73 throttled
   partition; hot reads and other partitions are served. Every consumer read is counted cold or hot.
+- Slow-request isolation (``broker/disk_pools.py``): a read that finds bytes runs on the loop only
+  when it is hot (by the same estimate) and its log dir is not marked slow; otherwise the lookup and
+  the ``pread`` of the bytes run on the dir's pool (a slow connection's on the slow fetch lane) and
+  the response carries the bytes. Reads at the log end touch no file and never leave the loop.
 
 Kafka sends the log slice up to the byte limit, whose last batch may be partial (clients drop it);
 tidelog ends at the last whole batch, found from the offset index without walking the batches before
@@ -49,11 +53,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tidelog.broker.authz import Op, authorize_cluster, denied_topics
 from tidelog.broker.context import BrokerContext, ConnectionInfo
+from tidelog.broker.disk_pools import DirState
 from tidelog.broker.fetch_sessions import FetchContext, SessionPartition, TopicPartition
 from tidelog.broker.handlers.common import check_leader_epoch, partition_log
 from tidelog.broker.purgatory import wake
@@ -63,7 +69,7 @@ from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.protocol.encoders.fetch import FetchPartitionResult, FetchResult
 from tidelog.protocol.headers import RequestHeader
 from tidelog.replication.throttle import LEADER
-from tidelog.storage.log import PartitionLog
+from tidelog.storage.log import FetchData, PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +94,8 @@ class PartitionRead:
     aborted: list[tuple[int, int]] | None = None
     preferred_read_replica: int = -1
     by_follower: bool = False  # a consumer's read served from this broker's follower replica
+    payload: bytes | None = None  # the records, when read off the loop (disk_pools.py); else sent from data's files
+    pending: tuple[DirState, Callable[[], FetchData]] | None = None  # a read to run on a disk pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +161,7 @@ def _redirected(ctx: BrokerContext, result: PartitionRead, plog: PartitionLog, c
 def _read_partition(
     ctx: BrokerContext, tp: TopicPartition, state: SessionPartition, leader_epoch: int,
     max_bytes: int, min_one_batch: bool, read_committed: bool, consumer: ConsumerRead | None = None,
+    slow: bool = False,
 ) -> PartitionRead:
     result = PartitionRead(tp, state)
     topic, partition = tp
@@ -168,35 +177,82 @@ def _read_partition(
             limit: int | None = None  # followers copy up to the log end
         else:
             limit = plog.last_stable_offset if read_committed else plog.high_watermark
-        data = plog.read(
-            state.fetch_offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch, isolation_committed=read_committed
-        )
-        result.data = data
-        result.size = data.size
-        result.high_watermark = data.high_watermark
-        result.last_stable_offset = data.last_stable_offset
-        result.log_start_offset = data.log_start_offset
-        if read_committed:
-            result.aborted = [(txn.producer_id, txn.first_offset) for txn in data.aborted]
-    except KafkaError as exc:
-        result.error = exc.code
-        if exc.code is ErrorCode.KAFKA_STORAGE_ERROR:
-            log.error("fetch from %s-%d failed: %s", topic, partition, exc)
-    except Exception:
-        log.exception("fetch from %s-%d failed", topic, partition)
-        result.error = ErrorCode.UNKNOWN_SERVER_ERROR
+
+        def read() -> FetchData:
+            return plog.read(
+                state.fetch_offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch, isolation_committed=read_committed
+            )
+
+        disk = ctx.disk
+        if disk is not None and state.fetch_offset < plog.log_end_offset:  # at the log end no file is touched
+            on = disk.dir_of(plog)
+            # The active segment was just written: hot whatever the estimate (which calls everything
+            # below the log end cold on a partition taking nothing in). Older segments: the estimate's call.
+            cold = (not replica and state.fetch_offset < plog.active_segment.base_offset
+                    and _estimated_cold(ctx, tp, state.fetch_offset, plog.log_end_offset))
+            if disk.offloaded(on, cold, slow) and on is not None:
+                result.pending = (on, read)  # _read_all awaits it on the dir's pool
+                return result
+            data = disk.read_inline(on, read)
+        else:
+            data = read()
+        _fill(result, data, read_committed)
+    except Exception as exc:
+        _failed(result, exc)
     return result
 
 
-def _read_all(
+def _fill(result: PartitionRead, data: FetchData, read_committed: bool) -> None:
+    result.data = data
+    result.size = data.size
+    result.high_watermark = data.high_watermark
+    result.last_stable_offset = data.last_stable_offset
+    result.log_start_offset = data.log_start_offset
+    if read_committed:
+        result.aborted = [(txn.producer_id, txn.first_offset) for txn in data.aborted]
+
+
+def _failed(result: PartitionRead, exc: Exception) -> None:
+    topic, partition = result.tp
+    if isinstance(exc, KafkaError):
+        result.error = exc.code
+        if exc.code is ErrorCode.KAFKA_STORAGE_ERROR:
+            log.error("fetch from %s-%d failed: %s", topic, partition, exc)
+        return
+    log.error("fetch from %s-%d failed", topic, partition, exc_info=exc)
+    result.error = ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+async def _read_off_loop(ctx: BrokerContext, result: PartitionRead, read_committed: bool, slow: bool) -> None:
+    """The pending read of ``result`` on its dir's pool (or the slow lane): the loop serves others meanwhile."""
+    assert result.pending is not None and ctx.disk is not None
+    on, read = result.pending
+    result.pending = None
+    try:
+        pooled = await ctx.disk.read_pooled(on, read, slow)
+    except Exception as exc:
+        _failed(result, exc)
+        return
+    _fill(result, pooled.data, read_committed)
+    result.payload = pooled.payload
+
+
+def _estimated_cold(ctx: BrokerContext, tp: TopicPartition, fetch_offset: int, log_end_offset: int) -> bool:
+    cold_reads = ctx.quotas.cold_reads if ctx.quotas is not None else None
+    return cold_reads is not None and cold_reads.cold(tp, fetch_offset, log_end_offset)
+
+
+async def _read_all(
     ctx: BrokerContext, fetch_ctx: FetchContext, epochs: dict[TopicPartition, int], max_bytes: int, read_committed: bool,
     denied: frozenset[str], refused: dict[TopicPartition, ErrorCode] | None, consumer: ConsumerRead,
-    replica: int = -1,
+    replica: int = -1, slow: bool = False,
 ) -> list[PartitionRead]:
     """``refused`` (follower fetches): partitions the replica manager refused, with their error;
     None for a consumer's fetch, described by ``consumer``. ``replica``: the fetching follower, whose
     throttled partitions get no data while the leader's replication quota is exceeded (their offsets
-    and high watermark are still answered)."""
+    and high watermark are still answered). ``slow``: the connection is marked slow (its reads go to
+    the slow lane). A read that must not run on the loop is awaited here, in partition order, since
+    the byte budget left for the next partition depends on its size."""
     results = []
     remaining = max_bytes
     for tp, state in fetch_ctx.partitions:
@@ -212,8 +268,10 @@ def _read_all(
             budget, first_with_data = 0, False
         result = _read_partition(
             ctx, tp, state, epochs.get(tp, -1), budget, first_with_data, read_committed,
-            None if refused is not None else consumer,
+            None if refused is not None else consumer, slow,
         )
+        if result.pending is not None:
+            await _read_off_loop(ctx, result, read_committed, slow)
         remaining -= result.size
         results.append(result)
     return results
@@ -246,8 +304,9 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
     quota_limit = ctx.quotas.fetch_limit(ctx.image, conn.principal, conn.client_id) if ctx.quotas and from_consumer else None
     if quota_limit is not None:
         max_bytes = min(max_bytes, quota_limit)  # Kafka: one response never exceeds what the quota window holds
+    slow = from_consumer and conn.score.slow
     while True:
-        results = _read_all(ctx, fetch_ctx, epochs, max_bytes, read_committed, denied, refused, consumer, replica)
+        results = await _read_all(ctx, fetch_ctx, epochs, max_bytes, read_committed, denied, refused, consumer, replica, slow)
         enough = sum(r.size for r in results) >= request.min_bytes
         errors = any(r.error is not ErrorCode.NONE or r.preferred_read_replica >= 0 for r in results)
         remaining = deadline - loop.time()
@@ -357,7 +416,7 @@ def _response(fetch_ctx: FetchContext, results: list[PartitionRead], version: in
         elif r.aborted is not None:
             aborted = tuple(r.aborted)
         # The bytes stay in the segment files; the response writer sends them (sendfile or pread).
-        records = FileSlices(r.data.ranges, r.data) if has_records else b""
+        records = (FileSlices(r.data.ranges, r.data) if r.payload is None else r.payload) if has_records else b""
         topic, partition = r.tp
         topic_ids[topic] = r.state.topic_id
         by_topic.setdefault(topic, []).append(FetchPartitionResult(

@@ -193,8 +193,12 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
             waits.append((name or "", partitions, replicated))
     loop = asyncio.get_running_loop()
     for plog in to_flush:
-        # fsync runs on a worker thread: the event loop keeps serving other connections meanwhile.
-        await loop.run_in_executor(None, plog.flush)
+        # fsync runs on a worker thread: the event loop keeps serving other connections meanwhile. With
+        # disk pools, on the partition's log dir's own threads (a slow connection's on the slow lane).
+        if ctx.disk is not None:
+            await ctx.disk.flush(plog, conn.score.slow)
+        else:
+            await loop.run_in_executor(None, plog.flush)
     if woken[0]:
         # Let the woken fetches answer their consumers before this producer hears back: end-to-end
         # latency is the consumer's, and the producer's ack loses only one turn of the event loop.

@@ -1,0 +1,147 @@
+"""Disk pools and slow-connection marking on real logs: where a read runs, and when a dir or a connection is slow."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tidelog.broker.disk_pools import DiskPools
+from tidelog.broker.slow_connections import ConnectionScore, SlowMarker
+from tidelog.common.config import BROKER_SETTINGS, BrokerConfig
+from tidelog.observability.registry import Registry
+from tidelog.protocol.records import Record, build_batch
+from tidelog.storage.log import FetchData, PartitionLog
+from tidelog.storage.log_config import LogConfig
+from tidelog.storage.manager import LogManager
+
+NOW = 1_700_000_000_000
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Iterator[LogManager]:
+    manager = LogManager([tmp_path / "a", tmp_path / "b"])
+    manager.startup()
+    yield manager
+    manager.shutdown()
+
+
+def filled(logs: LogManager, topic: str) -> PartitionLog:
+    log = logs.create_log(topic, 0, LogConfig())
+    log.append_as_leader(build_batch([Record(i, NOW, None, b"x" * 100) for i in range(10)]), leader_epoch=0, now_ms=NOW)
+    return log
+
+
+def pools(logs: LogManager, registry: Registry | None = None, **settings: str) -> DiskPools:
+    config = BrokerConfig.from_properties({"tidelog.log.dir.slow.read.ms": "30", **settings})
+    return DiskPools(config, logs, registry or Registry())
+
+
+def test_a_slow_inline_read_marks_its_dir_slow_and_fast_pooled_reads_unmark_it(logs: LogManager) -> None:
+    log = filled(logs, "t")
+    disk = pools(logs, **{"tidelog.test.log.dir.read.delay": f"{logs.log_dir_of('t', 0)}:40"})
+    state = disk.dir_of(log)
+    assert state is not None and not disk.offloaded(state, cold=False, slow_connection=False)
+    data = disk.read_inline(state, lambda: log.read(0, 1 << 20))
+    assert data.size > 0
+    assert state.slow and disk.offloaded(state, cold=False, slow_connection=False)
+
+    disk.config.dynamic["tidelog.test.log.dir.read.delay"] = []  # the disk is fast again
+    disk.refresh()
+
+    async def pooled() -> list[bytes]:
+        return [(await disk.read_pooled(state, lambda: log.read(0, 1 << 20), False)).payload for _ in range(12)]
+
+    payloads = asyncio.run(pooled())
+    assert payloads[-1] == data.read_bytes()
+    assert not state.slow and state.read_ms < 15
+    disk.shutdown()
+
+
+def test_cold_reads_and_slow_connections_are_offloaded_unless_the_pools_are_off(logs: LogManager) -> None:
+    filled(logs, "t")
+    disk = pools(logs)
+    state = disk.dir_of(logs.get_log("t", 0))  # type: ignore[arg-type]
+    assert disk.offloaded(state, cold=True, slow_connection=False)
+    assert disk.offloaded(state, cold=False, slow_connection=True)
+    assert not disk.offloaded(state, cold=False, slow_connection=False)
+    off = pools(logs, **{"tidelog.log.dir.io.threads": "0"})
+    assert not off.offloaded(off.dir_of(logs.get_log("t", 0)), cold=True, slow_connection=True)  # type: ignore[arg-type]
+
+
+def test_reads_and_flushes_run_on_their_own_dirs_pool_or_the_slow_lane(logs: LogManager) -> None:
+    log_a, log_b = filled(logs, "t1"), filled(logs, "t2")
+    assert logs.log_dir_of("t1", 0) != logs.log_dir_of("t2", 0)
+    registry = Registry()
+    disk = pools(logs, registry)
+    seen: list[str] = []
+
+    def read(log: PartitionLog) -> FetchData:
+        seen.append(threading.current_thread().name)
+        return log.read(0, 1 << 20)
+
+    async def run() -> None:
+        for log in (log_a, log_b):
+            state = disk.dir_of(log)
+            assert state is not None
+            await disk.read_pooled(state, lambda log=log: read(log), False)  # type: ignore[misc]
+        state = disk.dir_of(log_a)
+        assert state is not None
+        await disk.read_pooled(state, lambda: read(log_a), True)
+        await disk.flush(log_a)
+        await disk.flush(log_b, slow_connection=True)
+
+    asyncio.run(run())
+    dir_a, dir_b = (str(logs.log_dir_of(t, 0)).rsplit("/", 1)[1] for t in ("t1", "t2"))
+    assert [name.rsplit("_", 1)[0] for name in seen] == [f"disk-{dir_a}", f"disk-{dir_b}", "slow-fetch"]
+    assert log_a.recovery_point == log_a.log_end_offset and log_b.recovery_point == log_b.log_end_offset
+    text = registry.render()
+    assert 'tidelog_disk_work_total{lane="slow",kind="flush"} 1' in text
+    assert 'tidelog_disk_work_total{lane="dir",kind="read"} 2' in text
+    disk.shutdown()
+
+
+def test_a_connection_is_marked_slow_past_the_threshold_and_unmarked_below_half() -> None:
+    marker = SlowMarker(BrokerConfig.from_properties({"tidelog.connection.slow.request.ms": "100"}), Registry())
+    score = ConnectionScore()
+    for _ in range(3):
+        marker.observe(score, 0.010)
+    assert not score.slow
+    marker.observe(score, 2.0)  # one very slow request lifts the average past 100 ms
+    assert score.slow and marker.marked == 1
+    marker.observe(score, 0.010)
+    assert score.slow, "not unmarked while the average is above half the threshold"
+    for _ in range(20):
+        marker.observe(score, 0.010)
+    assert not score.slow and marker.marked == 0
+    marker.observe(score, 2.0)
+    marker.forget(score)  # the connection closed
+    assert marker.marked == 0
+
+
+def test_one_slow_first_request_does_not_mark_a_connection() -> None:
+    marker = SlowMarker(BrokerConfig.from_properties({"tidelog.connection.slow.request.ms": "100"}), Registry())
+    score = ConnectionScore()
+    marker.observe(score, 1.0)
+    assert not score.slow
+    marker.observe(score, 1.0)
+    marker.observe(score, 1.0)
+    assert score.slow
+
+
+def test_marking_is_off_at_zero() -> None:
+    marker = SlowMarker(BrokerConfig.from_properties({"tidelog.connection.slow.request.ms": "0"}), Registry())
+    score = ConnectionScore()
+    for _ in range(5):
+        marker.observe(score, 5.0)
+    assert not score.slow and marker.marked == 0
+
+
+def test_a_read_delay_entry_without_milliseconds_is_refused() -> None:
+    setting = BROKER_SETTINGS["tidelog.test.log.dir.read.delay"]
+    assert setting.validator is not None
+    assert setting.validator(["/data/a:200"]) is None
+    assert "expected <log dir>:<milliseconds>" in str(setting.validator(["/data/a"]))
