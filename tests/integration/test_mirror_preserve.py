@@ -130,7 +130,9 @@ def test_a_killed_mirror_resumes_with_every_record_at_its_source_offset_and_grou
         wait_until(lambda: copied(b.bootstrap, txn) > 6000,
                    timeout=60, message=f"copying started:\n{mirror.tail()}")
         mirror.kill9()
-        assert not mirrored(a.bootstrap, b.bootstrap, txn), "the kill came after the copy ended"
+        # The source is still being written, so the copy cannot be complete (the mirror may have caught up
+        # with what was written so far: on a loaded machine the writer is the slow side).
+        assert writer.is_alive(), "the kill came after the source's writer finished"
         writer.join(120)
         mirror.start()
         wait_until(lambda: mirrored(a.bootstrap, b.bootstrap, txn) and mirrored(a.bootstrap, b.bootstrap, compacted),

@@ -72,7 +72,7 @@ Item = tuple["PartitionCopy", bytes | None, int]  # a partition, its batches (No
 RETRY_S = 0.5
 FETCH_WAIT = i32Timedelta.parse(datetime.timedelta(milliseconds=200))
 PARTITION_MAX_BYTES = 1 << 20
-PRODUCE_TIMEOUT = datetime.timedelta(seconds=30)
+PRODUCE_TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=30))
 NONE, OFFSET_OUT_OF_RANGE = 0, 1
 
 

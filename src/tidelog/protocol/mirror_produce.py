@@ -39,14 +39,13 @@ The broker's rules are in ``tidelog.storage.source_offsets`` and ``broker/handle
 
 # No ``from __future__ import annotations``: kio reads the field types at runtime.
 
-import datetime
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.response_header.v1.header import ResponseHeader
 from kio.static.constants import EntityType
-from kio.static.primitive import Records, i16, i32, i64
+from kio.static.primitive import Records, i16, i32, i32Timedelta, i64
 
 MIRROR_PRODUCE_KEY = 32001
 VERSIONS = (0, 0)
@@ -88,7 +87,7 @@ class MirrorProduceRequest:
     __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
     link: str = field(metadata=_int("string"))
     acks: i16 = field(metadata=_int("int16"))
-    timeout: datetime.timedelta = field(metadata=_int("timedelta_i32"))
+    timeout: i32Timedelta = field(metadata=_int("timedelta_i32"))
     topics: tuple[MirrorTopicData, ...]
 
 
@@ -126,7 +125,7 @@ class MirrorProduceResponse:
     __flexible__: ClassVar[bool] = True
     __api_key__: ClassVar[i16] = i16(MIRROR_PRODUCE_KEY)
     __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
-    throttle_time: datetime.timedelta = field(metadata=_int("timedelta_i32"))
+    throttle_time: i32Timedelta = field(metadata=_int("timedelta_i32"))
     topics: tuple[MirrorTopicResponse, ...]
 
 

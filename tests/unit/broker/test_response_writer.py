@@ -172,6 +172,9 @@ def test_a_slow_reader_gets_it_all_while_the_loop_serves_others(
     fd, content = data_file
     parts, expected = response(fd, content)
     outcomes = loop_sends(monkeypatch)
+    # A loaded machine (the suite's other phase) may pause the reader thread past the broker's 0.1 s;
+    # the sips stay well within this test's limit, which is what is being shown.
+    monkeypatch.setattr(response_writer, "STALL_S", 2.0)
     writer = ResponseWriter()
     ticks: list[float] = []
 

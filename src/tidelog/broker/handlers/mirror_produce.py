@@ -37,6 +37,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from kio.static.primitive import i32Timedelta
+
 from tidelog.broker.authz import TOPIC, Op, authorize
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.handlers.common import partition_log
@@ -166,4 +168,4 @@ async def mirror_produce(ctx: BrokerContext, conn: ConnectionInfo, header: Reque
                 out.error, out.message = error, f"high watermark did not reach {out.required} in time"
     topics = tuple(MirrorTopicResponse(name=topic, partitions=tuple(_answer(o) for o in outs))
                    for topic, outs in outcomes)
-    return MirrorProduceResponse(throttle_time=datetime.timedelta(milliseconds=conn.throttle_ms), topics=topics)
+    return MirrorProduceResponse(throttle_time=i32Timedelta.parse(datetime.timedelta(milliseconds=conn.throttle_ms)), topics=topics)
