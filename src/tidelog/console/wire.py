@@ -9,10 +9,12 @@ both requests (a Kafka broker forwards AlterClientQuotas to its controller).
 
 Settings read (librdkafka's names, from ``ConsoleConfig.kafka_config``):
 
+Settings are read by ``clients.security.ClientSecurity`` (shared with the CLI and the governor):
+
 - ``security.protocol``: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL;
 - ``sasl.mechanism`` (or ``sasl.mechanisms``) PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with
   ``sasl.username`` and ``sasl.password``: SaslHandshake v1 then SaslAuthenticate v1 tokens; the
-  SCRAM server signature is checked (``protocol.sasl.ScramClient``);
+  SCRAM server signature is checked (``clients.security.SaslClient``);
 - ``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``, ``ssl.key.password``,
   ``enable.ssl.certificate.verification``, ``ssl.endpoint.identification.algorithm``.
 
@@ -25,7 +27,6 @@ serve the request). The password never appears in a message.
 from __future__ import annotations
 
 import io
-import secrets
 import socket
 import ssl
 import struct
@@ -37,13 +38,12 @@ from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.serial import entity_reader, entity_writer
 
-from tidelog.common.errors import ErrorCode
+from tidelog.clients.security import SASL_MECHANISMS, ClientSecurity, SaslAuthenticationError, SaslClient
+from tidelog.common.errors import ConfigError, ErrorCode
 from tidelog.console.kafka import KafkaFailure
-from tidelog.protocol.sasl import PLAIN, SCRAM_MECHANISMS, ScramClient
 
 _SIZE = struct.Struct(">i")
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
-_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _ERROR_NAMES = {int(e.value): e.name for e in ErrorCode}
 
 
@@ -54,15 +54,14 @@ def error_name(code: int) -> str:
 class Wire:
     def __init__(self, config: Mapping[str, Any], timeout_s: float) -> None:
         self.timeout_s = timeout_s
-        self.protocol = str(config.get("security.protocol", "PLAINTEXT")).upper()
-        if self.protocol not in _PROTOCOLS:
-            raise KafkaFailure("INVALID_CONFIG", f"security.protocol {self.protocol} is not one of {', '.join(_PROTOCOLS)}")
-        self.mechanism = str(config.get("sasl.mechanism", config.get("sasl.mechanisms", "GSSAPI"))).upper()
-        if self.protocol.startswith("SASL_") and self.mechanism != PLAIN and self.mechanism not in SCRAM_MECHANISMS:
-            raise KafkaFailure("UNSUPPORTED_SASL_MECHANISM", f"the console speaks PLAIN and SCRAM, not {self.mechanism}")
-        self.username = str(config.get("sasl.username", ""))
-        self._password = str(config.get("sasl.password", ""))
-        self._tls = _tls_context(config) if self.protocol in ("SSL", "SASL_SSL") else None
+        protocol = str(config.get("security.protocol", "PLAINTEXT")).strip().upper()
+        mechanism = str(config.get("sasl.mechanism", config.get("sasl.mechanisms", "GSSAPI"))).strip().upper()
+        if protocol.startswith("SASL_") and mechanism not in SASL_MECHANISMS:
+            raise KafkaFailure("UNSUPPORTED_SASL_MECHANISM", f"the console speaks PLAIN and SCRAM, not {mechanism}")
+        try:
+            self.security = ClientSecurity.from_config(config)  # shared with the CLI and the governor
+        except ConfigError as exc:
+            raise KafkaFailure("INVALID_CONFIG", str(exc)) from None
         self.addresses = [_address(text) for text in str(config["bootstrap.servers"]).split(",") if text.strip()]
         if not self.addresses:
             raise KafkaFailure("INVALID_CONFIG", "bootstrap.servers is empty")
@@ -87,9 +86,9 @@ class Wire:
 
     def _secure(self, sock: socket.socket, address: tuple[str, int]) -> socket.socket:
         try:
-            if self._tls is not None:
-                sock = self._tls.wrap_socket(sock, server_hostname=address[0])
-            if self.protocol.startswith("SASL_"):
+            if self.security.tls is not None:
+                sock = self.security.tls.wrap_socket(sock, server_hostname=address[0])
+            if self.security.sasl:
                 self._authenticate(sock)
         except BaseException:
             sock.close()
@@ -97,23 +96,24 @@ class Wire:
         return sock
 
     def _authenticate(self, sock: socket.socket) -> None:
-        handshake = self._exchange(sock, SaslHandshakeRequest(mechanism=self.mechanism), "tidelog-console")
+        mechanism = self.security.mechanism
+        handshake = self._exchange(sock, SaslHandshakeRequest(mechanism=mechanism), "tidelog-console")
         if handshake.error_code != 0:
             raise KafkaFailure("UNSUPPORTED_SASL_MECHANISM",
-                               f"the broker offers {', '.join(handshake.mechanisms)}, not {self.mechanism}")
-        if self.mechanism == PLAIN:
-            self._token(sock, f"\0{self.username}\0{self._password}".encode())
-            return
-        scram = ScramClient(self.mechanism, self.username, self._password, secrets.token_urlsafe(18))
-        server_first = self._token(sock, scram.first())
-        if not scram.verify(self._token(sock, scram.final(server_first))):
-            raise KafkaFailure("SASL_AUTHENTICATION_FAILED", "the broker's SCRAM signature does not match")
+                               f"the broker offers {', '.join(handshake.mechanisms)}, not {mechanism}")
+        client = SaslClient(self.security)
+        token: bytes | None = client.first()
+        try:
+            while token is not None:
+                token = client.next(self._token(sock, token))
+        except SaslAuthenticationError as exc:
+            raise KafkaFailure(exc.error, str(exc)) from None
 
     def _token(self, sock: socket.socket, token: bytes) -> bytes:
         answer = self._exchange(sock, SaslAuthenticateRequest(auth_bytes=token), "tidelog-console")
         if answer.error_code != 0:
             raise KafkaFailure(error_name(answer.error_code),
-                               f"authentication as {self.username!r} failed: {answer.error_message or ''}".strip())
+                               f"authentication as {self.security.username!r} failed: {answer.error_message or ''}".strip())
         return bytes(answer.auth_bytes)
 
     def _exchange(self, sock: socket.socket, request: Any, client_id: str) -> Any:
@@ -149,19 +149,6 @@ def _address(text: str) -> tuple[str, int]:
     if not host or not port.isdigit():
         raise KafkaFailure("INVALID_CONFIG", f"bootstrap server {server!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
-
-
-def _tls_context(config: Mapping[str, Any]) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=config.get("ssl.ca.location") or None)
-    if config.get("ssl.certificate.location"):
-        context.load_cert_chain(str(config["ssl.certificate.location"]), config.get("ssl.key.location") or None,
-                                config.get("ssl.key.password") or None)
-    if str(config.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
-        context.check_hostname = False
-    if str(config.get("enable.ssl.certificate.verification", "true")).lower() == "false":
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
 
 
 def _exactly(sock: socket.socket, size: int) -> bytes:
