@@ -7,9 +7,8 @@ with the project's codec (kio entities). ``Wire.call`` opens one connection to a
 requests are rare (a page view, a form), so there is no pool to keep healthy. Any broker answers
 both requests (a Kafka broker forwards AlterClientQuotas to its controller).
 
-Settings read (librdkafka's names, from ``ConsoleConfig.kafka_config``):
-
-Settings are read by ``clients.security.ClientSecurity`` (shared with the CLI and the governor):
+Settings read (librdkafka's names, from ``ConsoleConfig.kafka_config``, by ``clients.security.ClientSecurity``,
+shared with the CLI and the governor):
 
 - ``security.protocol``: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL;
 - ``sasl.mechanism`` (or ``sasl.mechanisms``) PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with
