@@ -237,11 +237,7 @@ class SilentLink:
                 sink.sendall(data)
         except OSError:
             pass
-        for sock in (source, sink):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        _shut(source, sink)
 
     def _pump_late(self, source: socket.socket, sink: socket.socket) -> None:
         """Like _pump, each chunk sent ``answer_late`` seconds after it arrived (FIFO, never reordered)."""
@@ -256,11 +252,7 @@ class SilentLink:
                     sink.sendall(data)
                 except OSError:
                     break
-            for sock in (source, sink):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            _shut(source, sink)
 
         threading.Thread(target=deliver, daemon=True).start()
         try:
@@ -283,3 +275,11 @@ class SilentLink:
         with self._lock:
             for sock in self._sockets:
                 sock.close()
+
+
+def _shut(*socks: socket.socket) -> None:
+    for sock in socks:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass

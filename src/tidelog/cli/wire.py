@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tidelog.cli.common import CliError
-from tidelog.clients.security import ClientSecurity, SaslAuthenticationError, SaslClient
+from tidelog.clients.security import ClientSecurity, SaslAuthenticationError, SaslClient, read_exactly
 from tidelog.common.errors import ConfigError
 
 __all__ = ["Wire"]
@@ -117,15 +117,5 @@ def _send(sock: socket.socket, payload: bytes) -> None:
 
 
 def _receive(sock: socket.socket) -> bytes:
-    (size,) = struct.unpack(">i", _exactly(sock, 4))
-    return _exactly(sock, size)
-
-
-def _exactly(sock: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise OSError("the broker closed the connection")
-        data += chunk
-    return bytes(data)
+    (size,) = struct.unpack(">i", read_exactly(sock, 4))
+    return read_exactly(sock, size)

@@ -27,6 +27,7 @@ so a broker that does not know the password is not trusted either); the SCRAM ar
 from __future__ import annotations
 
 import secrets
+import socket
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -195,3 +196,15 @@ def authenticator(security: ClientSecurity) -> Callable[[KafkaConnection], Await
 
 def _error_name(code: Any) -> str:
     return str(getattr(code, "name", code)).upper()
+
+
+def read_exactly(sock: socket.socket, size: int) -> bytes:
+    """``size`` bytes from a blocking socket (the CLI's and the console's one-request connections);
+    OSError when the broker closes the connection first."""
+    data = bytearray()
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise OSError("the broker closed the connection")
+        data += chunk
+    return bytes(data)

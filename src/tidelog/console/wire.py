@@ -37,7 +37,13 @@ from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.serial import entity_reader, entity_writer
 
-from tidelog.clients.security import SASL_MECHANISMS, ClientSecurity, SaslAuthenticationError, SaslClient
+from tidelog.clients.security import (
+    SASL_MECHANISMS,
+    ClientSecurity,
+    SaslAuthenticationError,
+    SaslClient,
+    read_exactly,
+)
 from tidelog.common.errors import ConfigError, ErrorCode
 from tidelog.console.kafka import KafkaFailure
 
@@ -125,10 +131,10 @@ class Wire:
         entity_writer(type(request))(buffer, request)
         payload = buffer.getvalue()
         sock.sendall(_SIZE.pack(len(payload)) + payload)
-        (size,) = _SIZE.unpack(_exactly(sock, 4))
+        (size,) = _SIZE.unpack(read_exactly(sock, 4))
         if not 0 < size <= MAX_ANSWER_BYTES:
             raise OSError(f"an answer frame of {size} bytes")
-        frame = _exactly(sock, size)
+        frame = read_exactly(sock, size)
         response_type = load_response_schema(request.__api_key__, request.__version__)
         try:
             header, offset = entity_reader(response_type.__header_schema__)(frame, 0)
@@ -148,13 +154,3 @@ def _address(text: str) -> tuple[str, int]:
     if not host or not port.isdigit():
         raise KafkaFailure("INVALID_CONFIG", f"bootstrap server {server!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
-
-
-def _exactly(sock: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise OSError("the broker closed the connection")
-        data += chunk
-    return bytes(data)
