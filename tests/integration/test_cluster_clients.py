@@ -39,9 +39,6 @@ def _bounce_a_broker(cluster: Cluster, topic: str) -> int:
     return leader
 
 
-# kafka-python 3 leaves the socket of a connection refused while the broker is down unclosed; the garbage
-# collector's ResourceWarning about it would fail whichever test it lands in.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_kafka_python_produces_and_consumes_in_a_group_through_a_broker_restart(cluster: Cluster) -> None:
     topic = "kp-" + uuid.uuid4().hex[:6]
     cluster.create_topic(topic, partitions=3, replication=3)

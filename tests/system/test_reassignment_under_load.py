@@ -26,6 +26,7 @@ import pytest
 from confluent_kafka import Consumer
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KTP
+from kafka.errors import KafkaConnectionError
 
 from helpers.broker_process import register_failure_report
 from helpers.checker import Checker
@@ -112,6 +113,13 @@ def controller_of(cluster: Cluster) -> int:
 
 
 def moving(admin: KafkaAdminClient, topic: str) -> set[int]:
+    """The topic's partitions being moved. Right after a controller kill a broker may still name the
+    dead controller, which kafka-python's admin asks and finds refusing: ask again, as an operator would."""
+    for _ in range(20):
+        try:
+            return {tp.partition for tp in admin.list_partition_reassignments() if tp.topic == topic}
+        except KafkaConnectionError:
+            time.sleep(0.5)
     return {tp.partition for tp in admin.list_partition_reassignments() if tp.topic == topic}
 
 
