@@ -20,6 +20,7 @@ from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
 
 from helpers.broker_process import wait_until
 from helpers.console_process import ConsoleProcess
@@ -50,14 +51,29 @@ def screenshot(driver: WebDriver, shots: Path, name: str) -> None:
         shutil.copy(path, Path(target) / path.name)
 
 
+def _node_gone(exc: WebDriverException) -> bool:
+    """The page replaced the node (a navigation or a refresh): chromedriver says "stale", or during a
+    navigation "does not belong to the document"."""
+    return isinstance(exc, StaleElementReferenceException) or "does not belong to the document" in str(exc)
+
+
+def _stale(element: WebElement) -> bool:
+    try:
+        element.is_enabled()
+    except WebDriverException as exc:
+        if _node_gone(exc):
+            return True
+        raise
+    return False
+
+
 def text(driver: WebDriver, css: str) -> str:
-    """The element's text; found again if the page replaced it in between (a navigation or a refresh
-    that swaps the node: chromedriver says "stale" or "does not belong to the document")."""
+    """The element's text; found again if the page replaced it in between."""
     for _ in range(20):
         try:
             return str(driver.find_element(By.CSS_SELECTOR, css).text)
         except WebDriverException as exc:
-            if not isinstance(exc, StaleElementReferenceException) and "does not belong to the document" not in str(exc):
+            if not _node_gone(exc):
                 raise
             time.sleep(0.1)
     return str(driver.find_element(By.CSS_SELECTOR, css).text)
@@ -71,11 +87,10 @@ def fill(driver: WebDriver, css: str, value: str) -> None:
 
 def click(driver: WebDriver, css: str) -> None:
     """Click a submit button and wait for the page it leads to (the old page's root goes stale)."""
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.wait import WebDriverWait
     old = driver.find_element(By.TAG_NAME, "html")
     driver.find_element(By.CSS_SELECTOR, css).click()
-    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(old))
+    WebDriverWait(driver, 15).until(lambda _: _stale(old))
     WebDriverWait(driver, 15).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
 

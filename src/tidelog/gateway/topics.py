@@ -5,8 +5,9 @@ seen within that time; a source keeps its partition anyway, see ``seqno``). A to
 does not know raises ``UnknownTopic`` and is asked again on the next request.
 
 ``ensure_state_topic`` creates the compacted state topic with ``gateway.state.partitions``
-partitions, or checks an existing one: a different partition count would move sources between
-shards and is refused at start-up with a message saying what to do.
+partitions, or checks an existing one (waiting until the metadata lists its partitions): a different
+partition count would move sources between shards and is refused at start-up with a message saying
+what to do.
 """
 
 from __future__ import annotations
@@ -64,9 +65,21 @@ def ensure_state_topic(admin: AdminClient, config: GatewayConfig) -> None:
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise
-    found = admin.list_topics(topic, timeout=10).topics.get(topic)
-    count = len(found.partitions) if found is not None else 0
+    count = _settled_partition_count(admin, topic)
     if count != config.state_partitions:
         raise StateTopicMismatch(
             f"state topic {topic} has {count} partitions but gateway.state.partitions={config.state_partitions}; "
             "set gateway.state.partitions to the topic's count (shards are state partitions and cannot be resized)")
+
+
+def _settled_partition_count(admin: AdminClient, topic: str, timeout_s: float = 15.0) -> int:
+    """The topic's partition count once the broker's metadata shows any: a topic another gateway has
+    just created (TOPIC_ALREADY_EXISTS here) may be listed with no partitions for a moment (Kafka
+    answers the creation before every broker's metadata has it)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = admin.list_topics(topic, timeout=10).topics.get(topic)
+        count = len(found.partitions) if found is not None else 0
+        if count or time.monotonic() > deadline:
+            return count
+        time.sleep(0.2)
