@@ -18,6 +18,7 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from helpers.broker_process import register_failure_report
 from helpers.cluster import Cluster
+from helpers.mirror_run import read_all
 from tidelog.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,8 +85,9 @@ def test_aiokafka_produces_and_consumes_in_a_group_through_a_broker_restart(clus
                                     auto_offset_reset="earliest")
         await consumer.start()
         got: list[bytes] = []
+        deadline = time.monotonic() + 90
         try:
-            while len(got) < count:
+            while len(got) < count and time.monotonic() < deadline:
                 batches = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 30)
                 for records in batches.values():
                     got.extend(r.value for r in records)
@@ -93,13 +95,20 @@ def test_aiokafka_produces_and_consumes_in_a_group_through_a_broker_restart(clus
             await consumer.stop()
         return got
 
-    asyncio.run(produce(sent[:300]))
+    # Every phase has its own deadline, so that a hang names its phase instead of the test's timeout.
+    asyncio.run(asyncio.wait_for(produce(sent[:300]), 60))
     stopped = _bounce_a_broker(cluster, topic)
-    asyncio.run(produce(sent[300:450]))
+    asyncio.run(asyncio.wait_for(produce(sent[300:450]), 90))
     cluster.brokers[stopped].start()
     cluster.wait_for_isr(topic, 0, {1, 2, 3})
-    asyncio.run(produce(sent[450:]))
-    assert sorted(asyncio.run(consume(len(sent)))) == sorted(sent)
+    asyncio.run(asyncio.wait_for(produce(sent[450:]), 60))
+    got = asyncio.run(consume(len(sent)))
+    if sorted(got) != sorted(sent):
+        # Lost, or only not delivered to the group? Read the partitions directly to tell.
+        stored = [r[1] for records in read_all(cluster.bootstrap, topic, 3).values() for r in records]
+        missing = set(sent) - set(got)
+        raise AssertionError(f"the group read {len(got)} of {len(sent)} records; {len(missing)} missing, "
+                             f"{len(set(sent) - set(stored))} of them absent from the partitions too")
 
 
 @pytest.mark.parametrize("check", ["produce-consume", "group"])

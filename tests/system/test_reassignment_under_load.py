@@ -3,7 +3,8 @@
 One scenario: every partition of a topic moves to a new replica set (leaders leaving too); then a
 second move starts and the controller is killed with kill -9 in the middle of it: another broker
 becomes controller, finds the moves in etcd (they are still listed: the killed broker is a target of
-some, and cannot copy while dead), and completes them once the killed broker is back. The checker
+some, and cannot copy while dead), and completes them once the killed broker is back (a move that
+finished in the instant before the kill landed counts as done: the race cannot be closed from outside). The checker
 (helpers/checker.py) then reads everything back: nothing lost, nothing duplicated, offsets dense; a
 consumer that ran throughout never waited more than a few seconds for the next record.
 
@@ -151,7 +152,13 @@ def test_moves_under_load_lose_nothing_and_survive_a_controller_kill(cluster: Cl
         admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=10000)
         # Another broker takes over; the moves whose target holds the dead broker are still recorded.
         wait_until(lambda: controller_of(cluster) not in (-1, controller), "a new controller")
-        assert waiting_for_killed <= moving(admin, topic), "a move was lost or completed without its target"
+        # A move may also have finished in the instant between its acceptance and the kill (the killed
+        # broker caught up at once); what must never be seen is one neither listed nor done.
+        still_moving = moving(admin, topic)
+        finished = {p for p in waiting_for_killed if cluster.partition(topic, p)[1] == second[KTP(topic, p)]}
+        assert waiting_for_killed <= still_moving | finished, "a move was lost or completed without its target"
+        print(f"\nmoves adding the killed controller: {sorted(waiting_for_killed)}, still listed after the kill: "
+              f"{sorted(waiting_for_killed & still_moving)}")
         cluster.brokers[controller].start(RESTART_TIMEOUT_S)
         checker.mark_up(controller)
         wait_until(lambda: all(cluster.partition(topic, tp.partition)[1] == r for tp, r in second.items()),
