@@ -24,10 +24,12 @@ Modes (the sender thread moves between them; ``send`` reads the mode under the l
   the replayed ones.
 
 Order: per partition, a record never overtakes an older one. Records in librdkafka are older than
-those in the memory queue, which are older than those spooled later; purged records come back per
-partition in the order they were queued (librdkafka reports in-flight ones, which are older, before
-queued ones: they are sorted so, stably). A record whose first copy was lost can therefore appear
-at most as a duplicate after newer ones, never before them.
+those in the memory queue, which are older than those spooled later. Records that come back from
+librdkafka (purged or failed) are put back in the order they were handed to it, by a number each
+one carries: librdkafka's own order of reports cannot be trusted for this (a request that failed
+puts its records back in the partition's queue, so they are reported as queued, after newer records
+reported as in flight). A record whose first copy was lost can therefore appear at most as a
+duplicate after newer ones, never before them.
 
 Acknowledgement and deletion: replayed spool batches are tracked in a :class:`DonePrefix`; the
 spool's position (what a restart replays from) moves only past batches whose every record was
@@ -78,7 +80,6 @@ _OUTAGE_CODES = frozenset({
 # Retriable by librdkafka's flags, yet replaying cannot help: reported to on_error instead.
 _HOPELESS_CODES = frozenset({RdKafkaError.UNKNOWN_TOPIC_OR_PART, RdKafkaError._UNKNOWN_TOPIC,
                              RdKafkaError._UNKNOWN_PARTITION})
-_PURGE_RANK = {RdKafkaError._PURGE_INFLIGHT: 1, RdKafkaError._PURGE_QUEUE: 2}
 
 
 class Mode(enum.Enum):
@@ -134,11 +135,12 @@ class _LiveAck:
     """The delivery callback of one live record. It keeps the record's fields, from which the
     SpooledRecord is built only if the record comes back (one small object on the hot path)."""
 
-    __slots__ = ("headers", "key", "owner", "partition", "timestamp", "topic", "value")
+    __slots__ = ("headers", "key", "number", "owner", "partition", "timestamp", "topic", "value")
 
-    def __init__(self, owner: LogProducer, topic: str, value: bytes | None, key: bytes | None,
+    def __init__(self, owner: LogProducer, number: int, topic: str, value: bytes | None, key: bytes | None,
                  headers: tuple[tuple[str, bytes | None], ...], partition: int, timestamp: int) -> None:
         self.owner = owner
+        self.number = number  # the order in which records were handed to librdkafka
         self.topic = topic
         self.value = value
         self.key = key
@@ -151,7 +153,7 @@ class _LiveAck:
             self.owner._on_live_ack()
         else:
             record = SpooledRecord(self.topic, self.value, self.key, self.headers, self.partition, self.timestamp)
-            self.owner._on_live_delivery(record, err)
+            self.owner._on_live_delivery(self.number, record, err)
 
 
 class _ReplayBatch:
@@ -192,7 +194,7 @@ class LogProducer:
         self._queue: deque[SpooledRecord] = deque()
         self._queue_bytes = 0
         self._to_spool: deque[SpooledRecord] = deque()  # taken from the queue (or purged), not yet written
-        self._returned: list[tuple[int, int, SpooledRecord]] = []  # (rank, arrival, record) purged/failed live
+        self._returned: list[tuple[int, SpooledRecord]] = []  # (number, record): purged or failed live records
         self._mode = Mode.LIVE if self._spool.record_count == 0 else Mode.SPOOLING
         self._closed = False
         self._stopping = False
@@ -250,7 +252,8 @@ class LogProducer:
                 try:
                     self._producer.produce(topic, value, key, partition=partition, timestamp=ts,
                                            headers=list(header_tuple) if header_tuple else None,
-                                           on_delivery=_LiveAck(self, topic, value, key, header_tuple, partition, ts))
+                                           on_delivery=_LiveAck(self, self._live_produced, topic, value, key,
+                                                                header_tuple, partition, ts))
                 except BufferError:
                     pass
                 else:
@@ -346,11 +349,10 @@ class LogProducer:
         self._last_progress = time.monotonic()
         self._brokers_down = False
 
-    def _on_live_delivery(self, record: SpooledRecord, err: RdKafkaError) -> None:
+    def _on_live_delivery(self, number: int, record: SpooledRecord, err: RdKafkaError) -> None:
         self._live_done += 1
         if _is_outage(err):
-            rank = _PURGE_RANK.get(err.code(), 0)
-            self._returned.append((rank, len(self._returned), record))
+            self._returned.append((number, record))
             self._outage_reason = self._outage_reason or f"delivery failed: {err.str()}"
         else:
             self._fail(record, err.str())
@@ -458,9 +460,9 @@ class LogProducer:
             old.poll(0.01)
         if len(old):
             log.error("%d records were not returned by librdkafka's purge", len(old))
-        returned = sorted(self._returned, key=lambda item: (item[0], item[1]))
+        returned = sorted(self._returned, key=lambda item: item[0])
         self._returned.clear()
-        self._to_spool.extendleft(reversed([record for _, _, record in returned]))
+        self._to_spool.extendleft(reversed([record for _, record in returned]))
         self._generation += 1
         self._tracker.reset(self._tracker.position)
         self._cursor = self._tracker.position
@@ -489,8 +491,9 @@ class LogProducer:
         try:
             self._producer.produce(record.topic, record.value, record.key, partition=record.partition,
                                    timestamp=record.timestamp, headers=list(record.headers) or None,
-                                   on_delivery=_LiveAck(self, record.topic, record.value, record.key,
-                                                        record.headers, record.partition, record.timestamp))
+                                   on_delivery=_LiveAck(self, self._live_produced, record.topic, record.value,
+                                                        record.key, record.headers, record.partition,
+                                                        record.timestamp))
         except KafkaException as exc:
             self._fail(record, str(exc))  # refused outright (too large...): counted as handled
         else:
