@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from confluent_kafka import ElectionType, KafkaException, TopicCollection, TopicPartition
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ClusterMetadata,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 from kio.schema.alter_partition_reassignments.v0.request import (
     AlterPartitionReassignmentsRequest,
     ReassignablePartition,
@@ -129,6 +136,19 @@ class Cluster:
 
     # -- librdkafka ---------------------------------------------------------------------------
 
+    async def _topic_names(self) -> ClusterMetadata:
+        """Metadata of every topic. librdkafka asks one broker of its choosing; when that broker hangs
+        (SIGSTOP, a stuck disk) the call times out: a new client asks again, likely another broker,
+        and a second failure is the round's ClusterError, never an exception that ends the round."""
+        for attempt in (1, 2):
+            try:
+                return await asyncio.to_thread(self.admin.list_topics, timeout=self.timeout_s / 2)
+            except KafkaException as exc:
+                if attempt == 2:
+                    raise ClusterError(f"Metadata: {exc}", "METADATA") from None
+                self.admin = AdminClient(self.config)
+        raise AssertionError("unreachable")
+
     async def describe(self) -> tuple[dict[int, Broker], int, dict[TopicPartitionKey, PartitionState]]:
         try:
             described = await _wait(self.admin.describe_cluster(request_timeout=self.timeout_s), "DescribeCluster")
@@ -141,7 +161,7 @@ class Cluster:
         controller = described.controller.id if described.controller is not None else min(brokers, default=-1)
         # topic names from Metadata, then DescribeTopics for replicas/ISR/leader: librdkafka answers
         # list_topics() from a cache that can keep a finished reassignment's ISR for a long while
-        metadata = await asyncio.to_thread(self.admin.list_topics, timeout=self.timeout_s)
+        metadata = await self._topic_names()
         names = [name for name, topic in metadata.topics.items() if topic.error is None]
         partitions = {}
         if names:
