@@ -10,6 +10,7 @@ describe answers are recorded with the parts sorted.
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,9 +35,18 @@ def _alter(b: Broker, label: str, entity: dict[str, str | None], ops: dict[str, 
     }]))
 
 
-def _describe(b: Broker, label: str, components: list[tuple[str, int, str | None]], strict: bool = True) -> None:
-    answer = b.quiet(request(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, strict=strict, components=[
-        {"entity_type": t, "match_type": m, "match": n} for t, m, n in components]))
+def _describe(b: Broker, label: str, components: list[tuple[str, int, str | None]], strict: bool = True,
+              present: bool | None = None) -> None:
+    """Record a DescribeClientQuotas answer. With ``present``, ask again (for up to 10 s) until
+    entries are there (True) or gone (False): Kafka answers from the broker's copy of the metadata
+    log, which can lag the controller's commit that answered the alteration."""
+    deadline = time.monotonic() + 10
+    while True:
+        answer = b.quiet(request(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, strict=strict, components=[
+            {"entity_type": t, "match_type": m, "match": n} for t, m, n in components]))
+        if present is None or bool(answer.entries) == present or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     entries = None if answer.entries is None else sorted(
         (sorted((e.entity_type, e.entity_name or "<default>") for e in entry.entity),
          sorted((v.key, v.value) for v in entry.values))
@@ -55,17 +65,17 @@ def scenario_client_quotas_alter_and_describe(b: Broker) -> None:
     _alter(b, "ip", {"ip": "10.11.12.13"}, {"connection_creation_rate": 7})
     _alter(b, "validate only", {"client-id": client}, {"producer_byte_rate": 99}, validate_only=True)
     _alter(b, "same value again", {"user": user}, {"producer_byte_rate": 1024}, version=0)
-    _describe(b, "exact user", [("user", EXACT, user)])
+    _describe(b, "exact user", [("user", EXACT, user)], present=True)
     _describe(b, "user, not strict", [("user", EXACT, user)], strict=False)
-    _describe(b, "user and default client", [("user", EXACT, user), ("client-id", DEFAULT, None)])
-    _describe(b, "exact client", [("client-id", EXACT, client)])
-    _describe(b, "exact ip", [("ip", EXACT, "10.11.12.13")])
+    _describe(b, "user and default client", [("user", EXACT, user), ("client-id", DEFAULT, None)], present=True)
+    _describe(b, "exact client", [("client-id", EXACT, client)], present=True)
+    _describe(b, "exact ip", [("ip", EXACT, "10.11.12.13")], present=True)
     _alter(b, "remove user keys", {"user": user}, {"producer_byte_rate": None, "consumer_byte_rate": None})
     _alter(b, "remove absent key", {"user": user}, {"producer_byte_rate": None})
     _alter(b, "remove user + default client", {"user": user, "client-id": None}, {"request_percentage": None})
     _alter(b, "remove client", {"client-id": client}, {"controller_mutation_rate": None})
     _alter(b, "remove ip", {"ip": "10.11.12.13"}, {"connection_creation_rate": None})
-    _describe(b, "user after removal", [("user", EXACT, user)], strict=False)
+    _describe(b, "user after removal", [("user", EXACT, user)], strict=False, present=False)
 
 
 def scenario_client_quotas_bad_alterations(b: Broker) -> None:

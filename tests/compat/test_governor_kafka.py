@@ -179,8 +179,12 @@ def test_governor_execute_on_kafka_spreads_a_topic_with_throttles_removed_after(
                   "--override", "governor.throttle.bytes.per.second=20000000")
     assert run.code == 0, run.out + run.err
     assert "finished" in run.out
+    deadline = time.monotonic() + 15  # a broker's Metadata answer follows the controller's metadata log
     placed = replicas(two_kafkas, topic)
-    assert {b for r in placed.values() for b in r} == {1, 2}, placed
+    while {b for r in placed.values() for b in r} != {1, 2} and time.monotonic() < deadline:
+        time.sleep(0.2)
+        placed = replicas(two_kafkas, topic)
+    assert {b for r in placed.values() for b in r} == {1, 2}, f"{placed}\n{run.out}"
     deadline = time.monotonic() + 15  # config deletions reach describe through the metadata log
     while throttle_configs(two_kafkas, topic) and time.monotonic() < deadline:
         time.sleep(0.2)
