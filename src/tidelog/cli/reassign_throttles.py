@@ -41,16 +41,18 @@ VERIFY_WARNING = ("Warning: You must run --verify periodically, until the reassi
 
 
 def _alter(admin: AdminClient, resources: list[ConfigResource], timeout: float) -> None:
-    if not resources:
-        return
-    futures = admin.incremental_alter_configs(resources, request_timeout=timeout)
+    """IncrementalAlterConfigs of ``resources``: the topics in one call, each broker in its own (librdkafka
+    sends a broker's resource to that broker, one per call); CliError naming every refusal."""
+    topics = [r for r in resources if r.restype != ResourceType.BROKER]
+    calls = ([topics] if topics else []) + [[r] for r in resources if r.restype == ResourceType.BROKER]
     refused = []
-    for resource, future in futures.items():
-        try:
-            future.result(timeout=timeout)
-        except Exception as exc:  # KafkaException, or a timeout: reported per resource
-            kind = "broker" if resource.restype == ResourceType.BROKER else "topic"
-            refused.append(f"{kind} {resource.name}: {kafka_error_text(exc)}")
+    for call in calls:
+        for resource, future in admin.incremental_alter_configs(call, request_timeout=timeout).items():
+            try:
+                future.result(timeout=timeout)
+            except Exception as exc:  # KafkaException, or a timeout: reported per resource
+                kind = "broker" if resource.restype == ResourceType.BROKER else "topic"
+                refused.append(f"{kind} {resource.name}: {kafka_error_text(exc)}")
     if refused:
         raise CliError("the cluster refused the throttle configs: " + "; ".join(refused))
 
@@ -65,8 +67,15 @@ def set_replication_throttle(admin: AdminClient, plan: ThrottlePlan, rate: int, 
     _alter(admin, [ConfigResource(ResourceType.TOPIC, topic, incremental_configs=_entries(lists))
                    for topic, lists in sorted(plan.topics.items())], args.timeout)
     rates: dict[str, str | None] = {LEADER_RATE: str(rate), FOLLOWER_RATE: str(rate)}
-    _alter(admin, [ConfigResource(ResourceType.BROKER, str(b), incremental_configs=_entries(rates))
-                   for b in plan.brokers], args.timeout)
+    try:
+        _alter(admin, [ConfigResource(ResourceType.BROKER, str(b), incremental_configs=_entries(rates))
+                       for b in plan.brokers], args.timeout)
+    except CliError:
+        # No move starts: take the lists back off the topics so that nothing is left half-set.
+        lists: dict[str, str | None] = dict.fromkeys((LEADER_REPLICAS, FOLLOWER_REPLICAS))
+        _alter(admin, [ConfigResource(ResourceType.TOPIC, t, incremental_configs=_entries(lists)) for t in plan.topics],
+               args.timeout)
+        raise
     print(f"The inter-broker throttle limit was set to {rate} B/s")
 
 
