@@ -6,7 +6,8 @@ with two log dirs.
   while it runs, ``--verify`` keeps them while the move is in progress and removes them once it is done;
 - ``log-dirs move --wait`` moves a replica to broker 1's other dir while ``log-dirs list`` shows the
   future replica and its progress;
-- a reassignment JSON naming a log dir puts the new replica in that dir, and ``--verify`` says so.
+- a reassignment JSON naming a log dir puts the new replica in that dir, and ``--verify`` says so;
+- ``brokers drain --throttle`` throttles its moves while they run and removes the throttles at the end.
 
 One cluster for the module; each test uses its own topics.
 """
@@ -14,6 +15,7 @@ One cluster for the module; each test uses its own topics.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -199,3 +201,34 @@ def test_a_reassignment_naming_a_log_dir_puts_the_new_replica_there(
     verified = cli(capsys, cluster, "partitions", "reassign", "--verify", "--reassignment-json-file", plan)
     assert verified.code == 0, verified
     assert f"Log dir move of {topic}-0 on broker 1 to {target} is completed." in verified.out
+
+
+def test_drain_with_a_throttle_holds_its_moves_to_it_and_removes_it_when_the_broker_is_empty(
+        cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    topic = "cli-drained"
+    create_on(cluster, topic, [3], 32)  # 512 KiB on broker 3 only
+    seen: list[dict[str, str]] = []
+    stop = threading.Event()
+
+    def watch() -> None:  # what broker 3's throttle configs are while the drain runs
+        admin = cluster.admin()
+        while not stop.is_set():
+            seen.append(throttle_configs(admin, ResourceType.BROKER, "3"))
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        drained = cli(capsys, cluster, "brokers", "drain", "3", "--throttle", "400000")
+    finally:
+        stop.set()
+        watcher.join()
+        assert cli(capsys, cluster, "brokers", "undrain", "3").code == 0
+    assert drained.code == 0, drained
+    assert "The inter-broker throttle limit was set to 400000 B/s" in drained.out
+    assert "Clearing broker-level throttles on brokers 1,2,3" in drained.out
+    assert {"leader.replication.throttled.rate": "400000", "follower.replication.throttled.rate": "400000"} in seen
+    assert cluster.partition(topic, 0)[1] != [3]
+    assert throttle_configs(cluster.admin(), ResourceType.TOPIC, topic) == {}
+    for broker in ("1", "2", "3"):
+        assert throttle_configs(cluster.admin(), ResourceType.BROKER, broker) == {}

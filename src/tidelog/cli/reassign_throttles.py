@@ -12,6 +12,9 @@
 ``--replica-alter-log-dirs-throttle RATE`` sets ``replica.alter.log.dirs.io.max.bytes.per.second`` on the
 brokers with a log-dir move.
 
+``tidelog brokers drain --throttle RATE`` sets the same before each batch (that batch and the moves in
+progress) and clears them all once the broker is drained.
+
 ``--verify`` (and ``--execute --wait`` once its moves are done), when no partition of the plan is still
 moving and no replica is still changing log dir: the three rates are deleted on *every* broker of the
 cluster and the two lists on the plan's topics. Kafka's tool clears every broker too, since it cannot
@@ -22,7 +25,7 @@ DELETE, so any other config of those topics and brokers is left as it is.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
@@ -62,7 +65,8 @@ def _entries(values: Mapping[str, str | None]) -> list[ConfigEntry]:
             for k, v in values.items()]
 
 
-def set_replication_throttle(admin: AdminClient, plan: ThrottlePlan, rate: int, args: argparse.Namespace) -> None:
+def set_replication_throttle(admin: AdminClient, plan: ThrottlePlan, rate: int, args: argparse.Namespace,
+                             say: Callable[[str], None] = print) -> None:
     """The throttled-replica lists on the plan's topics, then ``rate`` on its brokers."""
     _alter(admin, [ConfigResource(ResourceType.TOPIC, topic, incremental_configs=_entries(lists))
                    for topic, lists in sorted(plan.topics.items())], args.timeout)
@@ -76,7 +80,7 @@ def set_replication_throttle(admin: AdminClient, plan: ThrottlePlan, rate: int, 
         _alter(admin, [ConfigResource(ResourceType.TOPIC, t, incremental_configs=_entries(lists)) for t in plan.topics],
                args.timeout)
         raise
-    print(f"The inter-broker throttle limit was set to {rate} B/s")
+    say(f"The inter-broker throttle limit was set to {rate} B/s")
 
 
 def set_log_dir_throttle(admin: AdminClient, brokers: Iterable[int], rate: int, args: argparse.Namespace) -> None:
@@ -86,15 +90,16 @@ def set_log_dir_throttle(admin: AdminClient, brokers: Iterable[int], rate: int, 
     print(f"The replica-alter-dir throttle limit was set to {rate} B/s")
 
 
-def clear_throttles(admin: AdminClient, brokers: Iterable[int], topics: Iterable[str], args: argparse.Namespace) -> None:
+def clear_throttles(admin: AdminClient, brokers: Iterable[int], topics: Iterable[str], args: argparse.Namespace,
+                    say: Callable[[str], None] = print) -> None:
     """Delete the rates on ``brokers`` and the throttled-replica lists on ``topics``."""
     broker_ids = sorted(set(brokers))
     topic_names = sorted(set(topics))
-    print("Clearing broker-level throttles on brokers " + ",".join(str(b) for b in broker_ids))
+    say("Clearing broker-level throttles on brokers " + ",".join(str(b) for b in broker_ids))
     rates: dict[str, str | None] = dict.fromkeys((LEADER_RATE, FOLLOWER_RATE, LOG_DIR_RATE))
     _alter(admin, [ConfigResource(ResourceType.BROKER, str(b), incremental_configs=_entries(rates))
                    for b in broker_ids], args.timeout)
-    print("Clearing topic-level throttles on topics " + ",".join(topic_names))
+    say("Clearing topic-level throttles on topics " + ",".join(topic_names))
     lists: dict[str, str | None] = dict.fromkeys((LEADER_REPLICAS, FOLLOWER_REPLICAS))
     _alter(admin, [ConfigResource(ResourceType.TOPIC, t, incremental_configs=_entries(lists))
                    for t in topic_names], args.timeout)
