@@ -202,6 +202,9 @@ def _execute(args: argparse.Namespace, plan: Assignment, dirs: ReplicaDirs) -> i
     print()
     print("Save this to use as the --reassignment-json-file option during rollback")
     wire = wire_of(args)
+    if args.replica_alter_log_dirs_throttle is not None and not dirs:
+        print("--replica-alter-log-dirs-throttle: the plan names no log dir, so no log dir move is throttled",
+              file=sys.stderr)
     throttled = args.throttle is not None or (args.replica_alter_log_dirs_throttle is not None and bool(dirs))
     if throttled:
         # Before the moves start, so that nothing is copied unthrottled.
