@@ -3,22 +3,30 @@
 One cluster for the file: brokers 1, 2, 3 in racks r1, r2, r3, broker 3 of weight 2, brokers 1 and 2
 in the failure group g-a and broker 3 in g-b, every broker with Kafka's rack-aware replica selector
 and a metrics port. Where a consumer's fetches land is read from each broker's
-``tidelog_consumer_fetch_partitions_total{role=...}``.
+``tidelog_consumer_fetch_partitions_total{role=...}``. Broker 2 alone keeps at most 60 kB of a
+partition (``log.retention.bytes``, checked every half second): only topics with small segments
+lose anything there, so its log start can pass the leader's.
 """
 
 from __future__ import annotations
 
+import datetime
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource, NewPartitions, NewTopic
+from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.types import TopicName
+from kio.static.primitive import i32, i32Timedelta, i64
 
 from helpers.broker_process import free_port, register_failure_report
 from helpers.cluster import Cluster
 from helpers.hostile import metric
+from helpers.raw_client import RawClient
 from tidelog.controller.placement_policy import CONSISTENT_HASH, PlacementBroker, place
 
 SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
@@ -29,8 +37,9 @@ WEIGHTS = {1: 1.0, 2: 1.0, 3: 2.0}
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[Cluster]:
     register_failure_report(pytestconfig)
-    per_node = {n: {"metrics.port": free_port(), "broker.rack.group": GROUPS[n], "broker.weight": WEIGHTS[n]}
-                for n in (1, 2, 3)}
+    per_node: dict[int, dict[str, object]] = {
+        n: {"metrics.port": free_port(), "broker.rack.group": GROUPS[n], "broker.weight": WEIGHTS[n]} for n in (1, 2, 3)}
+    per_node[2].update({"log.retention.bytes": 60_000, "log.retention.check.interval.ms": 500})
     started = Cluster(tmp_path_factory.mktemp("placement"), overrides={"replica.selector.class": SELECTOR},
                       per_node=per_node).start()
     yield started
@@ -177,3 +186,48 @@ def test_consumer_goes_back_to_the_leader_when_its_near_replica_dies(cluster: Cl
         consumer.close()
         cluster.brokers[near].start()
         cluster.wait_for_brokers({1, 2, 3})
+
+
+def _preferred_read_replica(cluster: Cluster, leader: int, topic: str, offset: int, rack: str) -> int:
+    """A consumer's Fetch v11 from ``rack`` at ``offset``, sent to the leader: its preferred_read_replica."""
+    broker = cluster.brokers[leader]
+    request = FetchRequest(max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=i32(1), rack_id=rack, forgotten_topics_data=(),
+                           topics=(FetchTopic(topic=TopicName(topic), partitions=(FetchPartition(
+                               partition=i32(0), fetch_offset=i64(offset), partition_max_bytes=i32(1 << 20)),)),))
+    with RawClient(broker.host, broker.port) as client:
+        response = client.call(request)
+    (partition,) = response.responses[0].partitions
+    assert partition.error_code == 0, partition
+    return int(partition.preferred_read_replica)
+
+
+def test_the_leader_keeps_a_consumer_whose_offset_the_near_follower_no_longer_holds(cluster: Cluster) -> None:
+    topic = "near-start-" + uuid.uuid4().hex[:6]
+    cluster.wait_for_brokers({1, 2, 3})
+    admin = cluster.admin()
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2]], config={"segment.bytes": "16384"})])[topic].result(15)
+    cluster.wait_for_leader(topic, 0)
+    # Batches of at most 8 kB (a batch larger than segment.bytes is refused): about 19 segments in all,
+    # of which broker 2 keeps 3 or 4.
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "batch.size": 8000})
+    failed: list[object] = []
+    for _ in range(300):
+        producer.produce(topic, bytes(1000), partition=0, on_delivery=lambda e, _m: failed.append(e) if e else None)
+    assert producer.flush(30) == 0 and failed == []
+    cluster.wait_for_isr(topic, 0, {1, 2})
+    first_segment = Path(str(cluster.brokers[2].properties["log.dirs"])) / f"{topic}-0" / f"{0:020d}.log"
+    deadline = time.monotonic() + 20
+    while first_segment.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not first_segment.exists(), "broker 2's retention did not move its log start"
+    assert cluster.partition(topic, 0)[0] == 1
+    # Offset 299 is on broker 2 (in rack r2): the consumer is sent there. Offset 0 is only on the
+    # leader any more: once broker 2's next fetch has told the leader its new log start, the
+    # leader keeps the consumer (Kafka's selector), where it used to send it to broker 2 for an
+    # OFFSET_OUT_OF_RANGE.
+    assert _preferred_read_replica(cluster, 1, topic, 299, "r2") == 2
+    deadline = time.monotonic() + 10
+    while _preferred_read_replica(cluster, 1, topic, 0, "r2") != -1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _preferred_read_replica(cluster, 1, topic, 0, "r2") == -1
+    assert _preferred_read_replica(cluster, 1, topic, 299, "r2") == 2

@@ -46,6 +46,7 @@ class SessionPartition:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
+    replica_log_start: int = -1  # a follower's own log start, from its request (v5+); not session state
 
 
 @dataclass(slots=True)

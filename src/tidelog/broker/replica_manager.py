@@ -312,7 +312,8 @@ class ReplicaManager:
             return registration.rack if registration is not None else None
 
         leader = ReplicaView(self.node_id, rack(self.node_id), plog.log_end_offset, 0)
-        followers = [ReplicaView(b, rack(b), leo, since) for b, leo, since in state.in_sync_followers(self.now_ms())
+        followers = [ReplicaView(b, rack(b), leo, since, start)
+                     for b, leo, since, start in state.in_sync_followers(self.now_ms())
                      if b in brokers]  # a broker whose session ended cannot be reached
         return select_read_replica(client_rack, leader, followers, fetch_offset)
 
@@ -333,8 +334,10 @@ class ReplicaManager:
         if state is not None:
             self._set_high_watermark(tp, plog, state.on_append(plog.log_end_offset))
 
-    def follower_fetched(self, tp: TopicPartition, replica: int, fetch_offset: int, leader_epoch: int) -> None:
-        """Record a follower's fetch; raises KafkaError for a fetch the leader must refuse."""
+    def follower_fetched(self, tp: TopicPartition, replica: int, fetch_offset: int, leader_epoch: int,
+                         log_start_offset: int = -1) -> None:
+        """Record a follower's fetch (``log_start_offset``: the follower's own, -1 if its request has none);
+        raises KafkaError for a fetch the leader must refuse."""
         state = self.leader_state(tp)
         if leader_epoch >= 0 and leader_epoch < state.leader_epoch:
             raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
@@ -347,7 +350,8 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if fetch_offset > plog.log_end_offset:
             raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
-        new_hw, proposal = state.on_follower_fetch(replica, fetch_offset, plog.log_end_offset, self.now_ms())
+        new_hw, proposal = state.on_follower_fetch(replica, fetch_offset, plog.log_end_offset, self.now_ms(),
+                                                   log_start_offset)
         self._set_high_watermark(tp, plog, new_hw)
         if proposal is not None:
             self._propose(tp, state, proposal)
@@ -499,7 +503,7 @@ class ReplicaManager:
             if current is None or current.leader != self.node_id or current.leader_epoch != state.leader_epoch:
                 return
             brokers = self.store.image.brokers
-            eligible = {b for b, _leo, _since in state.in_sync_followers(now_ms) if b in brokers}
+            eligible = {b for b, _leo, _since, _start in state.in_sync_followers(now_ms) if b in brokers}
             new = hand_over(current, self.node_id, eligible)
             damaged = plog.damaged_ranges[0].describe() if plog.damaged_ranges else "range"
             if new is None:

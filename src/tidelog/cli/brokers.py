@@ -12,7 +12,8 @@ Drain, in order:
    broker led a partition its replacement leads it once the move completes (leadership leaves with
    the data, and no broker gains more preferred leaderships than it had).
 3. The moves run in batches of ``--batch-size`` partitions; a batch starts when the previous one is
-   done, and a progress line shows partitions done/total, bytes copied, the rate and the time left:
+   done (``--throttle``: each batch under Kafka's replication throttles, removed once the drain is
+   done, ``cli.reassign_throttles``), and a progress line shows partitions done/total, bytes copied, the rate and the time left:
    on a terminal one line redrawn in place (rich), otherwise (a pipe, a log) a line per update
    (``cli.progress``).
 
@@ -30,11 +31,11 @@ from typing import Any
 
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from tidelog.cli import reassign_calls
+from tidelog.cli import reassign_calls, reassign_throttles
 from tidelog.cli.common import CliError, admin_client, command_adder, result
 from tidelog.cli.partitions import current_assignment, follow, wire_of
 from tidelog.cli.progress import ProgressOutput
-from tidelog.cli.reassign_plan import Assignment, TopicPartition, drain_plan
+from tidelog.cli.reassign_plan import Assignment, TopicPartition, drain_plan, throttle_plan
 from tidelog.cli.wire import Wire
 
 EXCLUDED = "placement.excluded.brokers"
@@ -42,6 +43,7 @@ EXAMPLES = """\
 examples:
   tidelog brokers drain 3                   # every replica and leadership off broker 3, 10 partitions at a time
   tidelog brokers drain 3 --batch-size 50
+  tidelog brokers drain 3 --throttle 50000000   # each batch's replication held to 50 MB/s per broker
   tidelog brokers undrain 3                 # new topics and partitions may use broker 3 again
 """
 
@@ -57,6 +59,9 @@ def add_parser(sub: Any) -> None:
     drain.add_argument("--batch-size", type=int, default=10, metavar="N", help="partitions moved at a time (default 10)")
     drain.add_argument("--move-timeout", type=float, default=3600.0, metavar="SECONDS",
                        help="give up following one batch after this long (default 3600; run again to resume)")
+    drain.add_argument("--throttle", type=int, metavar="BYTES_PER_SEC",
+                       help="throttle each batch's replication to this rate on the brokers involved (Kafka's "
+                            "replication throttles, removed once the broker is drained)")
     undrain = command("undrain", "let placement use a drained broker again", _undrain)
     undrain.add_argument("broker", type=int)
 
@@ -74,6 +79,8 @@ def _set_excluded(args: argparse.Namespace, op: AlterConfigOpType, live: list[in
 def _drain(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise CliError("--batch-size must be at least 1", 2)
+    if args.throttle is not None and args.throttle < 0:
+        raise CliError(f"--throttle {args.throttle}: a rate is at least 0 bytes/s", 2)
     current, racks, addresses = current_assignment(args)
     if args.broker not in racks:
         raise CliError(f"broker {args.broker} is not in the cluster")
@@ -95,7 +102,10 @@ def _drain(args: argparse.Namespace) -> int:
     failed = 0
     if total:
         with ProgressOutput(sys.stdout) as progress:
-            failed = _move_in_batches(args, wire, addresses, plan.moves, todo, in_flight, progress)
+            failed = _move_in_batches(args, wire, addresses, current, plan.moves, todo, in_flight, progress)
+            if args.throttle is not None:
+                reassign_throttles.clear_throttles(admin_client(args), racks, {t for t, _ in [*todo, *in_flight]},
+                                                   args, say=progress.note)
     if failed or plan.stuck:
         print(f"Broker {args.broker} still holds replicas: {failed} move(s) refused, {len(plan.stuck)} with no "
               "broker to take them. Run drain again once that is fixed.", file=sys.stderr)
@@ -104,7 +114,7 @@ def _drain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _move_in_batches(args: argparse.Namespace, wire: Wire, addresses: dict[int, tuple[str, int]],
+def _move_in_batches(args: argparse.Namespace, wire: Wire, addresses: dict[int, tuple[str, int]], current: Assignment,
                      moves: Assignment, todo: list[TopicPartition], in_flight: list[TopicPartition],
                      progress: ProgressOutput) -> int:
     """Follow the moves already under way, then start and follow ``todo`` batch by batch; the number
@@ -115,6 +125,9 @@ def _move_in_batches(args: argparse.Namespace, wire: Wire, addresses: dict[int, 
     done, failed = len(in_flight), 0
     for start in range(0, len(todo), args.batch_size):
         batch = todo[start:start + args.batch_size]
+        if args.throttle is not None:
+            limits = throttle_plan(current, reassign_calls.ongoing(wire), {tp: moves[tp] for tp in batch})
+            reassign_throttles.set_replication_throttle(admin_client(args), limits, args.throttle, args, say=progress.note)
         answers = reassign_calls.alter(wire, {tp: moves[tp] for tp in batch})
         for (topic, index), (error, message) in sorted(answers.items()):
             if error != "NONE":

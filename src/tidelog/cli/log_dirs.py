@@ -1,4 +1,5 @@
 """``tidelog log-dirs describe``: what the scrubber knows about a broker's log dirs, read from its files.
+(``log-dirs list`` and ``log-dirs move`` speak to the brokers instead: ``cli.log_dir_moves``.)
 
 Kafka's DescribeLogDirs has no field for damaged ranges, so this view reads the files the broker keeps
 (storage/damage.py's ``damaged-ranges`` in each partition directory, storage/scrubber.py's
@@ -13,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tidelog.cli import log_dir_moves
 from tidelog.cli.common import CliError, Output, add_json_option
 from tidelog.common.config import parse_properties
 from tidelog.storage.checkpoint import CheckpointError
@@ -24,14 +26,18 @@ EXAMPLES = """\
 examples:
   tidelog log-dirs describe --log-dir /var/lib/tidelog
   tidelog log-dirs describe --server-config server.properties --damaged-only --json
+  tidelog log-dirs list --broker 1 --topic clicks
+  tidelog log-dirs move --broker 1 --topic clicks --partition 0,1 --to /disks/b/tidelog --wait
 """
 
 
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
-        "log-dirs", help="damaged ranges and scrubber progress of a broker's log dirs (local files)",
-        description="Read a broker's log dirs on this host: per partition, the scrubber's pass and cursor "
-                    "and the damaged ranges it found (fetches of those offsets answer CORRUPT_MESSAGE).",
+        "log-dirs", help="brokers' log dirs: replicas and moves between dirs; damaged ranges (local files)",
+        description="list and move talk to the brokers (DescribeLogDirs, AlterReplicaLogDirs): the replicas in "
+                    "each log dir, and moves of replicas between the log dirs of one broker. describe reads a "
+                    "broker's log dirs on this host: per partition, the scrubber's pass and cursor and the damaged "
+                    "ranges it found (fetches of those offsets answer CORRUPT_MESSAGE).",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="log_dirs_command", required=True, metavar="COMMAND")
@@ -44,6 +50,7 @@ def add_parser(sub: Any) -> None:
     describe.add_argument("--damaged-only", action="store_true", help="only partitions with damaged ranges")
     add_json_option(describe, "the partitions")
     describe.set_defaults(func=_describe)
+    log_dir_moves.add_commands(commands)
 
 
 def _log_dirs(args: argparse.Namespace) -> list[Path]:

@@ -7,6 +7,14 @@ follows them to the end; ``--verify`` says, per partition, whether its move comp
 cancels the moves of the listed partitions (their original replicas come back). The JSON formats are
 Kafka's (``cli.reassign_plan``), so either tool reads the other's files.
 
+Throttles as Kafka's tool sets them (``cli.reassign_throttles``): ``--execute --throttle RATE`` sets the
+throttled-replica lists on the moved topics and the rates on the brokers involved before the moves
+start; ``--verify`` removes them once nothing of the plan is moving any more (``--preserve-throttles``
+keeps them), and so does ``--execute --wait`` when it has seen its moves to the end. A replica given an
+absolute ``log_dirs`` entry is then moved to that dir of its broker (AlterReplicaLogDirs, asked again
+until the broker holds the replica; ``cli.log_dir_moves``), ``--replica-alter-log-dirs-throttle``
+bounding the copy; ``--verify`` reports those moves too.
+
 ``list-reassignments`` shows the moves in progress (ListPartitionReassignments) with the bytes already
 on the adding replicas (DescribeLogDirs); ``--watch`` repeats it with the copy rate and the time left.
 """
@@ -24,7 +32,7 @@ from typing import Any
 from confluent_kafka import ElectionType, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from tidelog.cli import reassign_calls
+from tidelog.cli import log_dir_moves, reassign_calls, reassign_throttles
 from tidelog.cli.common import (
     CliError,
     Output,
@@ -39,13 +47,15 @@ from tidelog.cli.progress import ProgressOutput
 from tidelog.cli.reassign_plan import (
     Assignment,
     PlanError,
+    ReplicaDirs,
     Sample,
     TopicPartition,
     dumps,
     generate,
-    parse_reassignment,
+    parse_reassignment_with_dirs,
     parse_topics_to_move,
     progress_line,
+    throttle_plan,
 )
 from tidelog.cli.wire import Wire
 
@@ -54,6 +64,7 @@ examples:
   echo '{"version":1,"topics":[{"topic":"orders"}]}' > move.json
   tidelog partitions reassign --generate --topics-to-move-json-file move.json --broker-list 1,2,4 > plan.txt
   tidelog partitions reassign --execute --reassignment-json-file plan.json --wait
+  tidelog partitions reassign --execute --reassignment-json-file plan.json --throttle 50000000
   tidelog partitions reassign --verify --reassignment-json-file plan.json
   tidelog partitions reassign --cancel --reassignment-json-file plan.json
   tidelog partitions list-reassignments --watch
@@ -77,7 +88,16 @@ def add_parser(sub: Any) -> None:
     reassign.add_argument("--topics-to-move-json-file", metavar="FILE", help="for --generate")
     reassign.add_argument("--broker-list", metavar="IDS", help="for --generate: brokers to place on, e.g. 1,2,3")
     reassign.add_argument("--reassignment-json-file", metavar="FILE", help="for --execute, --verify, --cancel")
-    reassign.add_argument("--wait", action="store_true", help="with --execute: show progress until every move is done")
+    reassign.add_argument("--wait", action="store_true", help="with --execute: show progress until every move is done "
+                          "(then remove the throttles, as --verify does)")
+    reassign.add_argument("--throttle", type=int, metavar="BYTES_PER_SEC",
+                          help="with --execute: throttle the moves' replication to this rate on each broker involved "
+                               "(leader/follower.replication.throttled.rate and the topics' throttled-replica lists)")
+    reassign.add_argument("--replica-alter-log-dirs-throttle", type=int, metavar="BYTES_PER_SEC",
+                          help="with --execute: bound the copies of log-dir moves (replica.alter.log.dirs.io.max.bytes."
+                               "per.second on their brokers)")
+    reassign.add_argument("--preserve-throttles", action="store_true",
+                          help="with --verify: leave the throttles in place when the moves are done")
     listing = command("list-reassignments", "moves in progress, with bytes copied", _list)
     listing.add_argument("--watch", action="store_true", help="repeat every --interval seconds until no move is left")
     listing.add_argument("--interval", type=float, default=2.0, metavar="SECONDS")
@@ -123,17 +143,30 @@ def current_assignment(args: argparse.Namespace) -> tuple[Assignment, dict[int, 
     return assignment, racks, addresses
 
 
+def _check_throttle_options(args: argparse.Namespace) -> None:
+    for flag, value in (("--throttle", args.throttle), ("--replica-alter-log-dirs-throttle", args.replica_alter_log_dirs_throttle)):
+        if value is None:
+            continue
+        if not args.execute:
+            raise CliError(f"{flag} goes with --execute (--verify removes the throttles)", 2)
+        if value < 0:
+            raise CliError(f"{flag} {value}: a rate is at least 0 bytes/s", 2)
+    if args.preserve_throttles and not args.verify:
+        raise CliError("--preserve-throttles goes with --verify", 2)
+
+
 def _reassign(args: argparse.Namespace) -> int:
+    _check_throttle_options(args)
     try:
         if args.generate:
             return _generate(args)
-        plan = parse_reassignment(_read(args.reassignment_json_file, "reassignment-json-file"))
+        plan, dirs = parse_reassignment_with_dirs(_read(args.reassignment_json_file, "reassignment-json-file"))
     except PlanError as exc:
         raise CliError(str(exc), 2) from None
     if args.execute:
-        return _execute(args, plan)
+        return _execute(args, plan, dirs)
     if args.verify:
-        return _verify(args, plan)
+        return _verify(args, plan, dirs)
     return _cancel(args, plan)
 
 
@@ -158,8 +191,8 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _execute(args: argparse.Namespace, plan: Assignment) -> int:
-    current, _, addresses = current_assignment(args)
+def _execute(args: argparse.Namespace, plan: Assignment, dirs: ReplicaDirs) -> int:
+    current, racks, addresses = current_assignment(args)
     missing = sorted(tp for tp in plan if tp not in current)
     if missing:
         raise CliError("partitions that do not exist: " + ", ".join(f"{t}-{p}" for t, p in missing))
@@ -169,14 +202,39 @@ def _execute(args: argparse.Namespace, plan: Assignment) -> int:
     print()
     print("Save this to use as the --reassignment-json-file option during rollback")
     wire = wire_of(args)
+    if args.replica_alter_log_dirs_throttle is not None and not dirs:
+        print("--replica-alter-log-dirs-throttle: the plan names no log dir, so no log dir move is throttled",
+              file=sys.stderr)
+    throttled = args.throttle is not None or (args.replica_alter_log_dirs_throttle is not None and bool(dirs))
+    if throttled:
+        # Before the moves start, so that nothing is copied unthrottled.
+        print(reassign_throttles.VERIFY_WARNING)
+        admin = admin_client(args)
+        if args.throttle is not None:
+            limits = throttle_plan(current, reassign_calls.ongoing(wire), plan)
+            reassign_throttles.set_replication_throttle(admin, limits, args.throttle, args)
+        if args.replica_alter_log_dirs_throttle is not None and dirs:
+            reassign_throttles.set_log_dir_throttle(admin, {b for _, _, b in dirs}, args.replica_alter_log_dirs_throttle, args)
     failed = _report(reassign_calls.alter(wire, dict(plan)))
     started = [tp for tp in sorted(plan) if tp not in failed]
     if started:
         print("Successfully started partition reassignments for " + ",".join(f"{t}-{p}" for t, p in started))
-    if args.wait and started:
+    dir_moves = {r: d for r, d in dirs.items() if (r[0], r[1]) not in failed}
+    refused = log_dir_moves.start_moves(wire, addresses, dir_moves, args.timeout) if dir_moves else {}
+    for (topic, index, broker), error in sorted(refused.items()):
+        print(f"Error starting the log dir move of {topic}-{index} on broker {broker} to {dirs[(topic, index, broker)]}: "
+              f"{error}", file=sys.stderr)
+    moving_dirs = {r: d for r, d in dir_moves.items() if r not in refused}
+    if moving_dirs:
+        print("Successfully started log dir moves for: "
+              + ",".join(f"{t}-{p} on broker {b}" for t, p, b in sorted(moving_dirs)))
+    if args.wait and (started or moving_dirs):
         with ProgressOutput(sys.stderr) as progress:
             follow(wire, addresses, started, progress)
-    return 1 if failed else 0
+            log_dir_moves.follow(wire, addresses, moving_dirs, progress)
+        if throttled:
+            reassign_throttles.clear_throttles(admin_client(args), racks, {t for t, _ in plan}, args)
+    return 1 if failed or refused else 0
 
 
 def _report(answers: dict[TopicPartition, tuple[str, str | None]]) -> set[TopicPartition]:
@@ -189,9 +247,10 @@ def _report(answers: dict[TopicPartition, tuple[str, str | None]]) -> set[TopicP
     return failed
 
 
-def _verify(args: argparse.Namespace, plan: Assignment) -> int:
-    current, _, _ = current_assignment(args)
-    moving = reassign_calls.ongoing(wire_of(args))
+def _verify(args: argparse.Namespace, plan: Assignment, dirs: ReplicaDirs) -> int:
+    current, racks, addresses = current_assignment(args)
+    wire = wire_of(args)
+    moving = reassign_calls.ongoing(wire)
     print("Status of partition reassignment:")
     problems = 0
     for tp in sorted(plan):
@@ -204,6 +263,18 @@ def _verify(args: argparse.Namespace, plan: Assignment) -> int:
             problems += 1
             print(f"There is no active reassignment of partition {name}, but replica set is "
                   f"{current.get(tp)} rather than {plan[tp]}.")
+    dirs_moving = False
+    if dirs:
+        print()
+        print("Status of log dir moves:")
+        for state in log_dir_moves.move_states(wire, addresses, dirs).values():
+            print(state.text)
+            dirs_moving = dirs_moving or state.moving
+            problems += not state.done and not state.moving
+    if not args.preserve_throttles and not dirs_moving and not any(tp in moving for tp in plan):
+        # Kafka's rule: throttles go once nothing of the plan is moving, whatever the outcome.
+        print()
+        reassign_throttles.clear_throttles(admin_client(args), racks, {t for t, _ in plan}, args)
     return 1 if problems else 0
 
 

@@ -1,18 +1,23 @@
 """The Kafka requests behind the reassignment commands, which librdkafka does not offer.
 
 AlterPartitionReassignments v0, ListPartitionReassignments v0 (to any broker: a tidelog broker writes
-the move to etcd itself, Apache Kafka forwards it to its controller) and DescribeLogDirs v4 (to each
-broker: the sizes of the replicas it holds). kio encodes and decodes them; ``cli.wire`` carries them.
+the move to etcd itself, Apache Kafka forwards it to its controller), DescribeLogDirs v4 (to each
+broker: its log dirs and the replicas in them, future replicas of a log-dir move included) and
+AlterReplicaLogDirs v2 (to the broker holding the replica: move it to another of its log dirs). kio
+encodes and decodes them; ``cli.wire`` carries them.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.alter_partition_reassignments.v0 import request as alter_req
 from kio.schema.alter_partition_reassignments.v0.response import AlterPartitionReassignmentsResponse
+from kio.schema.alter_replica_log_dirs.v2 import request as dirs_req
+from kio.schema.alter_replica_log_dirs.v2.response import AlterReplicaLogDirsResponse
 from kio.schema.describe_log_dirs.v4.request import DescribeLogDirsRequest
 from kio.schema.describe_log_dirs.v4.response import DescribeLogDirsResponse
 from kio.schema.list_partition_reassignments.v0.request import ListPartitionReassignmentsRequest
@@ -78,12 +83,60 @@ def replica_sizes(wire: Wire, addresses: Mapping[int, tuple[str, int]]) -> dict[
     sizes: dict[tuple[int, str, int], int] = {}
     for broker, address in addresses.items():
         try:
-            response = _call(wire, address, DescribeLogDirsRequest(topics=None), DescribeLogDirsResponse)
+            _, replicas = describe_log_dirs(wire, address)
         except CliError:
             continue  # a broker that does not answer just has no sizes this round
-        for result in response.results:
-            for topic in result.topics:
-                for p in topic.partitions:
-                    key = (broker, str(topic.name), int(p.partition_index))
-                    sizes[key] = sizes.get(key, 0) + int(p.partition_size)
+        for r in replicas:
+            if not r.future:  # a log-dir move's copy is not a second replica
+                key = (broker, r.topic, r.partition)
+                sizes[key] = sizes.get(key, 0) + r.size
     return sizes
+
+
+@dataclass(frozen=True, slots=True)
+class LogDir:
+    path: str
+    error: str          # NONE, or KAFKA_STORAGE_ERROR for an offline dir
+    total_bytes: int    # -1 when the broker does not say
+    usable_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaDir:
+    log_dir: str
+    topic: str
+    partition: int
+    size: int
+    offset_lag: int     # a future replica: offsets it still has to copy
+    future: bool        # the copy of a replica moving into this dir (AlterReplicaLogDirs)
+
+
+def describe_log_dirs(wire: Wire, address: tuple[str, int]) -> tuple[list[LogDir], list[ReplicaDir]]:
+    """One broker's log dirs and every replica in them (DescribeLogDirs of all topics)."""
+    response = _call(wire, address, DescribeLogDirsRequest(topics=None), DescribeLogDirsResponse)
+    if int(response.error_code):
+        raise CliError(f"DescribeLogDirs failed: {error_name(response.error_code)}")
+    dirs, replicas = [], []
+    for result in response.results:
+        dirs.append(LogDir(str(result.log_dir), error_name(result.error_code), int(result.total_bytes),
+                           int(result.usable_bytes)))
+        for topic in result.topics:
+            for p in topic.partitions:
+                replicas.append(ReplicaDir(str(result.log_dir), str(topic.name), int(p.partition_index),
+                                           int(p.partition_size), int(p.offset_lag), bool(p.is_future_key)))
+    return dirs, replicas
+
+
+def alter_log_dirs(wire: Wire, address: tuple[str, int], moves: Mapping[TopicPartition, str]) -> dict[TopicPartition, str]:
+    """Ask one broker to move its replicas of ``moves`` to the given log dirs; error name per partition."""
+    by_dir: dict[str, dict[str, list[int]]] = {}
+    for (topic, index), path in sorted(moves.items()):
+        by_dir.setdefault(path, {}).setdefault(topic, []).append(index)
+    request = dirs_req.AlterReplicaLogDirsRequest(dirs=tuple(
+        dirs_req.AlterReplicaLogDir(path=path, topics=tuple(
+            dirs_req.AlterReplicaLogDirTopic(name=TopicName(t), partitions=tuple(i32(i) for i in ps))
+            for t, ps in topics.items()))
+        for path, topics in by_dir.items()))
+    response = _call(wire, address, request, AlterReplicaLogDirsResponse)
+    return {(str(t.topic_name), int(p.partition_index)): error_name(p.error_code)
+            for t in response.results for p in t.partitions}

@@ -6,8 +6,16 @@ JSON formats are kafka-reassign-partitions.sh's, so files move freely between th
     reassignment     {"version": 1, "partitions": [{"topic": "orders", "partition": 0,
                                                     "replicas": [1, 2, 3], "log_dirs": ["any", "any", "any"]}]}
 
-``log_dirs`` is optional; only ``"any"`` is taken (moves between a broker's disks are AlterReplicaLogDirs,
-not this command).
+``log_dirs`` is optional: ``"any"`` lets the broker choose; an absolute path asks that broker to keep the
+replica in that log dir (an AlterReplicaLogDirs after the move starts, as Kafka's tool sends).
+
+Throttles (``throttle_plan``), as kafka-reassign-partitions' ``--throttle`` computes them: every partition
+moving (this plan's and the moves already in progress) has *sources*, the replicas it has now (for a move
+in progress: its replicas less the adding ones), and *destinations*, the target replicas not among the
+sources. ``leader.replication.throttled.replicas`` of a topic lists ``partition:source`` and
+``follower.replication.throttled.replicas`` lists ``partition:destination``; the brokers involved (sources
+and destinations) get the two rates. A move that only reorders replicas copies nothing and is left out
+(Kafka lists its sources too; the list would throttle nothing).
 
 Drain (``drain_plan``): every partition with a replica on the drained broker gets that replica replaced,
 in the same position (so the count of preferred leaderships per broker stays as even as it was), by
@@ -31,6 +39,14 @@ from tidelog.controller.placement import assign_replicas
 
 TopicPartition = tuple[str, int]
 Assignment = dict[TopicPartition, list[int]]
+ReplicaDirs = dict[tuple[str, int, int], str]  # (topic, partition, broker) → absolute log dir
+Ongoing = Mapping[TopicPartition, tuple[list[int], list[int], list[int]]]  # replicas, adding, removing
+
+LEADER_REPLICAS = "leader.replication.throttled.replicas"
+FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+LEADER_RATE = "leader.replication.throttled.rate"
+FOLLOWER_RATE = "follower.replication.throttled.rate"
+LOG_DIR_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
 
 
 class PlanError(ValueError):
@@ -63,11 +79,17 @@ def parse_topics_to_move(text: str) -> list[str]:
 
 
 def parse_reassignment(text: str) -> Assignment:
+    return parse_reassignment_with_dirs(text)[0]
+
+
+def parse_reassignment_with_dirs(text: str) -> tuple[Assignment, ReplicaDirs]:
+    """The replicas of each partition, and the log dir asked for each replica that names one."""
     doc = _load(text, "the reassignment JSON")
     partitions = doc.get("partitions")
     if not isinstance(partitions, list) or not partitions:
         raise PlanError('the reassignment JSON needs "partitions": [{"topic", "partition", "replicas"}, ...]')
     plan: Assignment = {}
+    dirs: ReplicaDirs = {}
     for item in partitions:
         if not isinstance(item, dict):
             raise PlanError(f"each partition is an object, got {item!r}")
@@ -81,12 +103,15 @@ def parse_reassignment(text: str) -> Assignment:
         log_dirs = item.get("log_dirs", ["any"] * len(replicas))
         if not isinstance(log_dirs, list) or len(log_dirs) != len(replicas):
             raise PlanError(f"{topic}-{index}: log_dirs must list one directory per replica")
-        if any(d != "any" for d in log_dirs):
-            raise PlanError(f"{topic}-{index}: only \"any\" log dirs are supported by this command")
+        for broker, log_dir in zip(replicas, log_dirs, strict=True):
+            if not isinstance(log_dir, str) or not (log_dir == "any" or log_dir.startswith("/")):
+                raise PlanError(f"{topic}-{index}: log dir {log_dir!r} is neither \"any\" nor an absolute path")
+            if log_dir != "any":
+                dirs[(topic, index, broker)] = log_dir
         if (topic, index) in plan:
             raise PlanError(f"{topic}-{index} is listed twice")
         plan[(topic, index)] = list(replicas)
-    return plan
+    return plan, dirs
 
 
 def _is_int(value: object) -> bool:
@@ -120,6 +145,34 @@ def generate(current: Mapping[TopicPartition, list[int]], topics: Collection[str
         placed = assign_replicas(brokers, len(indexes), rf, rng=rng)
         proposed.update({(topic, p): list(r) for p, r in zip(indexes, placed, strict=True)})
     return proposed
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottlePlan:
+    topics: dict[str, dict[str, str]]  # topic → {LEADER_REPLICAS: "0:1,0:2", FOLLOWER_REPLICAS: "0:3"}
+    brokers: list[int]                  # every source and destination, sorted
+
+
+def throttle_plan(current: Mapping[TopicPartition, list[int]], ongoing: Ongoing,
+                  plan: Mapping[TopicPartition, list[int]]) -> ThrottlePlan:
+    """The throttled-replica lists and brokers for ``plan`` started beside the ``ongoing`` moves."""
+    moves: dict[TopicPartition, tuple[list[int], list[int]]] = {}
+    for tp, (replicas, adding, _) in ongoing.items():
+        moves[tp] = ([r for r in replicas if r not in adding], list(adding))
+    for tp, target in plan.items():
+        sources = moves[tp][0] if tp in moves else list(current.get(tp, []))
+        moves[tp] = (sources, [r for r in target if r not in sources])
+    leaders: dict[str, list[str]] = {}
+    followers: dict[str, list[str]] = {}
+    brokers: set[int] = set()
+    for (topic, index), (sources, destinations) in sorted(moves.items()):
+        if not destinations:
+            continue
+        leaders.setdefault(topic, []).extend(f"{index}:{b}" for b in sources)
+        followers.setdefault(topic, []).extend(f"{index}:{b}" for b in destinations)
+        brokers.update(sources, destinations)
+    topics = {t: {LEADER_REPLICAS: ",".join(leaders[t]), FOLLOWER_REPLICAS: ",".join(followers[t])} for t in leaders}
+    return ThrottlePlan(topics, sorted(brokers))
 
 
 @dataclass(frozen=True, slots=True)

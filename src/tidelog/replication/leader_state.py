@@ -8,7 +8,8 @@ Kafka's rules, as this module keeps them:
 
 - A follower's log end offset (LEO) is the offset it fetches from: a fetch at offset N says it holds
   everything below N. LEOs of followers that have not fetched since this leadership began are
-  unknown (-1).
+  unknown (-1). Its log start offset is the one its fetch carries (Fetch v5+), kept for
+  nearest-replica reads only.
 - Caught up: a fetch at or past the leader's LEO at that moment means the follower was caught up
   *now*; a fetch at or past the leader's LEO *of the follower's previous fetch* means it was caught
   up at that previous fetch. ``last_caught_up_ms`` remembers the latest such moment.
@@ -36,6 +37,7 @@ class FollowerProgress:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     leader_leo_at_last_fetch: int = UNKNOWN
+    log_start: int = UNKNOWN
 
 
 @dataclass(slots=True)
@@ -101,14 +103,14 @@ class LeaderState:
             return candidate
         return None
 
-    def in_sync_followers(self, now_ms: int) -> list[tuple[int, int, int]]:
-        """(follower, its log end offset, ms since it was last caught up) for each committed ISR follower
-        heard from in this leadership: the candidates for nearest-replica reads."""
+    def in_sync_followers(self, now_ms: int) -> list[tuple[int, int, int, int]]:
+        """(follower, its log end offset, ms since it was last caught up, its log start offset or -1) for
+        each committed ISR follower heard from in this leadership: the candidates for nearest-replica reads."""
         found = []
         for replica in self.isr:
             progress = self.followers.get(replica)
             if replica != self.node_id and progress is not None and progress.leo != UNKNOWN:
-                found.append((replica, progress.leo, max(0, now_ms - progress.last_caught_up_ms)))
+                found.append((replica, progress.leo, max(0, now_ms - progress.last_caught_up_ms), progress.log_start))
         return found
 
     # -- events ------------------------------------------------------------------------------------
@@ -117,9 +119,12 @@ class LeaderState:
         """The leader appended; the new high watermark if it moved (an ISR of the leader alone)."""
         return self._advance_hw(leader_leo)
 
-    def on_follower_fetch(self, replica: int, fetch_offset: int, leader_leo: int, now_ms: int) -> tuple[int | None, IsrProposal | None]:
-        """A follower fetched at ``fetch_offset``: (new high watermark or None, ISR expansion or None)."""
+    def on_follower_fetch(self, replica: int, fetch_offset: int, leader_leo: int, now_ms: int,
+                          log_start: int = UNKNOWN) -> tuple[int | None, IsrProposal | None]:
+        """A follower fetched at ``fetch_offset`` (its log starting at ``log_start``): (new high watermark
+        or None, ISR expansion or None)."""
         progress = self.followers.setdefault(replica, FollowerProgress())
+        progress.log_start = log_start
         if fetch_offset >= leader_leo:
             progress.last_caught_up_ms = now_ms
         elif progress.leader_leo_at_last_fetch != UNKNOWN and fetch_offset >= progress.leader_leo_at_last_fetch:

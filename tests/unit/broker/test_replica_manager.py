@@ -203,3 +203,29 @@ def test_a_damaged_follower_may_truncate_only_once_it_left_the_isr(tmp_path: Pat
         logs.shutdown()
 
     asyncio.run(run())
+
+
+def test_a_consumer_is_not_sent_to_a_follower_whose_log_starts_above_its_fetch_offset(tmp_path: Path) -> None:
+    async def run() -> None:
+        image = image_with("t", uuid.uuid4(), leader=1, isr=(1, 2)).with_brokers(
+            {n: BrokerRegistration(n, f"r{n}", (), f"i{n}") for n in (1, 2)})
+        store = MemoryStore(image)
+        logs = LogManager([tmp_path], hw_follows_leo=False)
+        logs.startup()
+        config = BrokerConfig.from_properties({
+            "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector"})
+        rm = ReplicaManager(1, config, store, logs, lambda _t: LogConfig(), lambda _t: 2, lambda _tp: None, lambda: 0)
+        rm.apply(store.image)
+        plog = logs.get_log("t", 0)
+        assert plog is not None
+        plog.append_as_leader(batch(100), leader_epoch=3, now_ms=0)
+        rm.appended(("t", 0), plog)
+        rm.follower_fetched(("t", 0), 2, 100, 3, log_start_offset=60)  # retention took 0-59 on broker 2
+        assert rm.preferred_read_replica(("t", 0), "r2", 70) == 2
+        assert rm.preferred_read_replica(("t", 0), "r2", 50) == -1  # only the leader still has offset 50
+        rm.follower_fetched(("t", 0), 2, 100, 3, log_start_offset=0)
+        assert rm.preferred_read_replica(("t", 0), "r2", 50) == 2
+        await rm.stop()
+        logs.shutdown()
+
+    asyncio.run(run())

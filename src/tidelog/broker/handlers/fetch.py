@@ -117,7 +117,8 @@ def _requested_partitions(ctx: BrokerContext, request: Any, version: int) -> tup
         name, topic_id = _topic_name(image, topic, version)
         for p in topic.partitions:
             tp = (name, p.partition)
-            requested.append((tp, SessionPartition(p.fetch_offset, p.partition_max_bytes, topic_id)))
+            requested.append((tp, SessionPartition(p.fetch_offset, p.partition_max_bytes, topic_id,
+                                                   replica_log_start=getattr(p, "log_start_offset", -1))))
             epochs[tp] = getattr(p, "current_leader_epoch", -1)
     forgotten: list[TopicPartition] = []
     for topic in getattr(request, "forgotten_topics_data", ()):
@@ -365,7 +366,7 @@ def _follower_fetched(
         if tp[0] in denied:
             continue
         try:
-            ctx.replicas.follower_fetched(tp, replica, state.fetch_offset, epochs.get(tp, -1))
+            ctx.replicas.follower_fetched(tp, replica, state.fetch_offset, epochs.get(tp, -1), state.replica_log_start)
         except KafkaError as exc:
             refused[tp] = exc.code
     return refused
