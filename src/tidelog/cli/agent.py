@@ -13,6 +13,7 @@ from typing import Any
 
 from tidelog.agent import Agent, AgentError, load_config
 from tidelog.agent.positions import PositionsError
+from tidelog.agent.via_gateway import GatewayAgent
 from tidelog.cli.common import CliError
 from tidelog.common.errors import ConfigError
 
@@ -55,6 +56,8 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise CliError(str(exc), 2) from None
     if args.bootstrap_server:
+        if config.gateway is not None:
+            raise CliError("--bootstrap-server: the configuration writes through a gateway ([gateway])", 2)
         config = config.with_bootstrap(args.bootstrap_server)
     stop = threading.Event()
     try:
@@ -62,7 +65,7 @@ def _run(args: argparse.Namespace) -> int:
     except (OSError, ValueError, io.UnsupportedOperation):
         pass  # stderr is not a file (the command run inside another program)
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    agent = Agent(config)
+    agent = GatewayAgent(config) if config.gateway is not None else Agent(config)
     try:
         agent.start()
         agent.run(stop)
@@ -74,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     metrics = agent.metrics
     logging.getLogger("tidelog.agent").info(
-        "stopped: %d records (%d bytes) in %d transactions, %d aborted, %d cut to max.line.bytes",
-        metrics.lines_total, metrics.bytes_total, metrics.transactions_total, metrics.aborts_total,
-        metrics.truncated_lines_total)
+        "stopped: %d records (%d bytes) in %d transactions, %d aborted, %d cut to max.line.bytes, "
+        "%d already at the gateway", metrics.lines_total, metrics.bytes_total, metrics.transactions_total,
+        metrics.aborts_total, metrics.truncated_lines_total, metrics.duplicates_total)
     return 0
