@@ -1,5 +1,8 @@
 """tidelog agent in gateway mode: broker, ``tidelog gateway`` and agent as subprocesses.
 
+The outage test stops the gateway, renames the file away and deletes it while the agent is killed
+-9 and down: only the outage spool still has those lines.
+
 The agent writes through the gateway (one chunk per line, sourceId = host:path, seqno from the
 generation and the line's end offset) and saves its positions lazily in a local file; the rotate and
 kill scenario (helpers/agent_run.py: two kill -9s, renames and copytruncates while it runs and while
@@ -9,12 +12,13 @@ keeps the lines sent again after a kill from landing twice.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
-from helpers.agent_run import rotate_and_kill_scenario
-from helpers.broker_process import BrokerProcess, module_broker
+from helpers.agent_run import AgentRun, Reader, Writer, rotate_and_kill_scenario
+from helpers.broker_process import BrokerProcess, module_broker, wait_until
 from helpers.cli_runner import run_cli
 from helpers.clients import create_topic, unique_topic
 from helpers.gateway_process import GATEWAY_TEST_BROKER, GatewayProcess
@@ -77,3 +81,50 @@ def test_gateway_mode_needs_a_state_dir_and_refuses_a_kafka_section_beside_it(
     assert run.code == 2 and "kafka and gateway: give one of them" in run.err
 
 
+
+
+def test_lines_spooled_during_a_gateway_outage_survive_a_kill_and_a_deleted_file(
+    agent_gateway_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    app = logs / "app.log"
+    broker = agent_gateway_broker
+    with GatewayProcess(tmp_path / "gw", broker.bootstrap) as gateway:
+        topic = create_topic(broker.bootstrap, unique_topic("spool"), 1)
+        config = tmp_path / "agent.toml"
+        config.write_text(f'[agent]\nid = "{topic}"\nhost = "h1"\ntransaction.interval.ms = 100\n'
+                          f'poll.interval.ms = 20\nrotate.wait.ms = 300\nstate.dir = "{tmp_path / "state"}"\n'
+                          f'{gateway_section(gateway.url, "request.timeout.ms = 3000")}\n'
+                          f'[[files]]\npaths = ["{logs}/*.log"]\ntopic = "{topic}"\n')
+        agent = AgentRun(config, tmp_path / "agent.log")
+        reader = Reader(broker.bootstrap, topic, partitions=1)
+        writer = Writer(app)
+        try:
+            agent.start()
+            writer.write(1000, pace=0.002)
+            wait_until(lambda: reader.count() >= 1000, timeout=60, interval=0.1, message="shipping")
+            gateway.kill9()
+            writer.write(1000)
+            wait_until(lambda: "lines go to the spool" in agent.log.read_text(), timeout=60, interval=0.2,
+                       message="the agent meets the outage")
+            app.rename(logs / "app.log.1")
+            writer.write(500)
+            time.sleep(2)  # the renamed file is read to its end (rotate.wait.ms) into the spool
+            agent.kill9()
+            (logs / "app.log.1").unlink()  # while the agent is down: its lines are only in the spool now
+            writer.write(500)
+            agent.start()
+            time.sleep(2)
+            gateway.start()
+            wait_until(lambda: reader.count() >= writer.next, timeout=90, interval=0.2,
+                       message=f"all {writer.next} lines after the outage")
+            assert agent.stop() == 0
+            time.sleep(0.3)
+            reader.count()
+            assert reader.values == list(range(writer.next)), agent.log.read_text()[-3000:]
+            log = agent.log.read_text()
+            assert "lines from before the restart, sent first" in log and "is lost" not in log
+        finally:
+            reader.consumer.close()
+            agent.close()

@@ -94,6 +94,7 @@ class GatewayClient:
         self.http = httpx.Client(base_url=target.url, headers=headers,
                                  timeout=target.request_timeout_ms / 1000 + 5)
         self.replaced_lines = 0
+        self.retry_after = 0.5  # what the last failure asked to wait
         self._out_of_reach = False
 
     # ---- bodies ------------------------------------------------------------------------------------
@@ -130,11 +131,12 @@ class GatewayClient:
     # ---- sending -----------------------------------------------------------------------------------
 
     def write(self, topic: str, source_id: str, path: str, lines: Sequence[Pending],
-              stop: threading.Event) -> Outcome | None:
-        """Send ``lines`` until the gateway answers for every one of them; None if ``stop`` came first."""
+              stop: threading.Event, *, patient: bool = True) -> Outcome | None:
+        """Send ``lines`` until the gateway answers for every one of them; None if ``stop`` came first,
+        or, unless ``patient``, at the first failure (the outcome of what was sent is then unknown)."""
         total = Outcome()
         for batch in self.batches(lines):
-            outcome = self._write(topic, source_id, path, batch, stop)
+            outcome = self._write(topic, source_id, path, batch, stop, patient)
             if outcome is None:
                 return None
             total.written += outcome.written
@@ -142,40 +144,41 @@ class GatewayClient:
         return total
 
     def _write(self, topic: str, source_id: str, path: str, lines: Sequence[Pending],
-               stop: threading.Event) -> Outcome | None:
+               stop: threading.Event, patient: bool) -> Outcome | None:
         url = f"/v1/topics/{quote(topic, safe='')}/write"
         body = self.body(source_id, path, lines)
         while True:  # tried once even when stopping: a clean stop sends what it has read if it can
             try:
                 answer = self.http.post(url, content=body)
             except httpx.HTTPError as exc:
-                if not self._unreachable(f"{type(exc).__name__}: {exc}", 0.5, stop):
+                if not self._unreachable(f"{type(exc).__name__}: {exc}", 0.5, stop, patient):
                     return None
                 continue
             if answer.status_code == 200:
                 self._reachable()
                 return _outcome(answer)
             if answer.status_code in _RETRIABLE:
-                if not self._unreachable(_message(answer), _retry_after(answer), stop):
+                if not self._unreachable(_message(answer), _retry_after(answer), stop, patient):
                     return None
                 continue
             if answer.status_code == 413 and len(lines) > 1:
                 half = len(lines) // 2
-                first = self._write(topic, source_id, path, lines[:half], stop)
-                rest = self._write(topic, source_id, path, lines[half:], stop) if first is not None else None
+                first = self._write(topic, source_id, path, lines[:half], stop, patient)
+                rest = self._write(topic, source_id, path, lines[half:], stop, patient) if first else None
                 if first is None or rest is None:
                     return None
                 return Outcome(first.written + rest.written, first.duplicates + rest.duplicates)
             raise GatewayRejected(f"the gateway refused a write to {topic} (HTTP {answer.status_code}): "
                                   f"{_message(answer)}")
 
-    def _unreachable(self, why: str, wait: float, stop: threading.Event) -> bool:
-        """Log the outage once, wait before the next try; False when ``stop`` is set (give up)."""
+    def _unreachable(self, why: str, wait: float, stop: threading.Event, patient: bool) -> bool:
+        """Log the outage once, wait before the next try; False to give up (``stop`` set, or impatient)."""
         if not self._out_of_reach:
-            log.warning("the gateway %s is out of reach (%s); retrying the same lines, the files wait",
-                        self.target.url, why)
+            log.warning("the gateway %s is out of reach (%s); %s", self.target.url, why,
+                        "retrying the same lines, the files wait" if patient else "lines go to the spool")
             self._out_of_reach = True
-        return not stop.wait(wait)
+        self.retry_after = wait
+        return patient and not stop.wait(wait)
 
     def _reachable(self) -> None:
         if self._out_of_reach:

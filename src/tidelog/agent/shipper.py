@@ -70,6 +70,7 @@ class AgentMetrics:
     sources: int = 0
     duplicates_total: int = 0  # gateway mode: lines the gateway already had (sent again after a restart)
     replaced_lines_total: int = 0  # gateway mode: lines not valid UTF-8, bad bytes replaced
+    spool_bytes: int = 0  # gateway mode: the outage spool's size
 
 
 class Agent:

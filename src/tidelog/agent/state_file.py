@@ -2,7 +2,10 @@
 
 Format (JSON, one object)::
 
-    {"v": 1, "sources": [<a position record, as in positions.py>, ...]}
+    {"v": 1, "spool": 1200, "sources": [<a position record, as in positions.py>, ...]}
+
+``spool`` is the outage spool's offset (outage_spool.py) below which every line was acknowledged by
+the gateway and every state record is in this file: at start the spool is released up to it.
 
 It holds, per source, a position whose lines the gateway has all acknowledged (written or duplicate):
 never ahead of what is in the topic, possibly behind it, because it is rewritten only every
@@ -28,12 +31,12 @@ class StateFileError(Exception):
     """The positions file is unreadable; the message names it."""
 
 
-def save(folder: Path, records: Iterable[str]) -> None:
+def save(folder: Path, records: Iterable[str], spool: int = 0) -> None:
     """Replace the file with ``records`` (position records as positions.encode returns them, decoded)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / FILE_NAME
     temporary = folder / (FILE_NAME + ".tmp")
-    data = ('{"v":1,"sources":[' + ",".join(records) + "]}").encode()
+    data = (f'{{"v":1,"spool":{spool},"sources":[' + ",".join(records) + "]}").encode()
     with temporary.open("wb") as out:
         out.write(data)
         out.flush()
@@ -46,12 +49,13 @@ def save(folder: Path, records: Iterable[str]) -> None:
         os.close(descriptor)
 
 
-def load(folder: Path, agent_id: str) -> dict[str, SavedSource]:
+def load(folder: Path, agent_id: str) -> tuple[dict[str, SavedSource], int]:
+    """The saved position of every source of ``agent_id``, and the spool offset the file covers."""
     path = folder / FILE_NAME
     try:
         data = json.loads(path.read_bytes())
     except FileNotFoundError:
-        return {}
+        return {}, 0
     except (OSError, ValueError) as exc:
         raise StateFileError(f"{path}: unreadable ({exc}); move it away to start from the files' beginnings"
                              ) from None
@@ -61,6 +65,7 @@ def load(folder: Path, agent_id: str) -> dict[str, SavedSource]:
             owner, source = positions.from_json(item)
             if owner == agent_id:
                 found[source.source_id] = source
-    except (KeyError, TypeError, ValueError) as exc:
+        spool = int(data.get("spool", 0))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise StateFileError(f"{path}: not a positions file ({exc!r})") from None
-    return found
+    return found, spool
