@@ -13,7 +13,6 @@ from typing import Any
 
 from tidelog.agent import Agent, AgentError, load_config
 from tidelog.agent.positions import PositionsError
-from tidelog.agent.via_gateway import GatewayAgent
 from tidelog.cli.common import CliError
 from tidelog.common.errors import ConfigError
 
@@ -65,7 +64,12 @@ def _run(args: argparse.Namespace) -> int:
     except (OSError, ValueError, io.UnsupportedOperation):
         pass  # stderr is not a file (the command run inside another program)
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    agent = GatewayAgent(config) if config.gateway is not None else Agent(config)
+    if config.gateway is not None:
+        from tidelog.agent.via_gateway import GatewayAgent  # httpx and the spool only in gateway mode
+
+        agent: Agent = GatewayAgent(config)
+    else:
+        agent = Agent(config)
     try:
         agent.start()
         agent.run(stop)
