@@ -4,10 +4,8 @@ The outage test stops the gateway, renames the file away and deletes it while th
 -9 and down: only the outage spool still has those lines.
 
 The agent writes through the gateway (one chunk per line, sourceId = host:path, seqno from the
-generation and the line's end offset) and saves its positions lazily in a local file; the rotate and
-kill scenario (helpers/agent_run.py: two kill -9s, renames and copytruncates while it runs and while
-it is down, a truncation) must leave every line exactly once, in order. The gateway's dedup is what
-keeps the lines sent again after a kill from landing twice.
+generation and the line's end offset) and saves its positions lazily in a local file. The rotate
+and kill scenario in gateway mode is in tests/system/test_agent_kill.py.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.agent_run import AgentRun, Reader, Writer, rotate_and_kill_scenario
+from helpers.agent_run import AgentRun, Reader, Writer
 from helpers.broker_process import BrokerProcess, module_broker, wait_until
 from helpers.cli_runner import run_cli
 from helpers.clients import create_topic, unique_topic
@@ -27,21 +25,7 @@ agent_gateway_broker = module_broker("agent_gateway_broker", GATEWAY_TEST_BROKER
 
 
 def gateway_section(url: str, extra: str = "") -> str:
-    # Saved every 2 s: a kill -9 always finds lines shipped past the saved positions, sent again.
     return f'[gateway]\nurl = "{url}"\npositions.save.interval.ms = 2000\n{extra}'
-
-
-def test_every_line_lands_once_through_the_gateway_across_rotations_and_two_kills(
-    agent_gateway_broker: BrokerProcess, tmp_path: Path
-) -> None:
-    tokens = tmp_path / "tokens"
-    tokens.write_text("s3cret User:agent\n")
-    with GatewayProcess(tmp_path / "gw", agent_gateway_broker.bootstrap,
-                        {"gateway.auth.tokens.file": str(tokens)}) as gateway:
-        rotate_and_kill_scenario(agent_gateway_broker.bootstrap, tmp_path,
-                                 gateway_section(gateway.url, 'token = "s3cret"'))
-        log = (tmp_path / "agent.log").read_text()
-        assert "already at the gateway" in log
 
 
 def test_a_refused_token_and_a_missing_topic_stop_the_agent_with_the_gateways_message(
@@ -83,6 +67,7 @@ def test_gateway_mode_needs_a_state_dir_and_refuses_a_kafka_section_beside_it(
 
 
 
+@pytest.mark.slow  # about 50 s: an outage, a kill and a restart of the agent, the gateway restarted
 def test_lines_spooled_during_a_gateway_outage_survive_a_kill_and_a_deleted_file(
     agent_gateway_broker: BrokerProcess, tmp_path: Path
 ) -> None:

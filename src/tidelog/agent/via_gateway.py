@@ -46,6 +46,8 @@ from tidelog.agent.gateway_client import GatewayClient, GatewayRejected, Outcome
 from tidelog.agent.lines import Line
 from tidelog.agent.outage_spool import Handoff, OutageSpool
 from tidelog.agent.shipper import Agent, AgentError
+from tidelog.clients.errors import SpoolLockedError
+from tidelog.common.errors import KafkaError as TidelogKafkaError
 
 log = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
@@ -68,6 +70,7 @@ class GatewayAgent(Agent):
         self._saved_at = clock()
         self._unsaved = False
         self._retry_at = 0.0  # when to send the spool's oldest batch again
+        self._spool_stuck = False  # the last spool write failed (disk full)
 
     # ---- start -------------------------------------------------------------------------------------
 
@@ -78,7 +81,11 @@ class GatewayAgent(Agent):
             raise AgentError(str(exc)) from None
         self._acked = {sid: positions.encode(self.config.agent_id, item).decode() for sid, item in saved.items()}
         if self.config.spool_max_bytes:
-            self.spool = OutageSpool(self.state_dir / "spool", self.config.spool_max_bytes)
+            try:
+                self.spool = OutageSpool(self.state_dir / "spool", self.config.spool_max_bytes)
+            except SpoolLockedError:
+                raise AgentError(f"{self.state_dir}/spool is in use by another agent: give each agent its own "
+                                 f"agent.state.dir") from None
             if self.spool.truncated_bytes:
                 log.warning("spool: a torn tail of %d bytes was cut (a crash while writing it); those lines "
                             "are read again from their files", self.spool.truncated_bytes)
@@ -96,7 +103,10 @@ class GatewayAgent(Agent):
     def step(self, now: float) -> int:
         if self.spool is not None and self.spool.backlog and now >= self._retry_at:
             self._replay(now)
-        if self.spool is not None and self.spool.backlog and self.spool.full:
+        if self._spool_stuck and now >= self._retry_at:
+            self._retry_at = now + 1.0
+            self.commit(self._stop)  # the lines kept in memory: to the gateway, or to the spool again
+        if self.spool is not None and (self._spool_stuck or (self.spool.backlog and self.spool.full)):
             return 0  # the files wait
         return super().step(now)
 
@@ -165,16 +175,29 @@ class GatewayAgent(Agent):
         return outcome
 
     def _to_spool(self) -> None:
-        """The dirty sources' lines and states into the spool, as one fsynced batch; positions move on."""
+        """The dirty sources' lines and states into the spool, as one fsynced batch; positions move on.
+
+        A write the disk refuses (full) keeps the lines in memory and the positions where they are;
+        reading stops until a later write succeeds, as with a full spool."""
         assert self.spool is not None
         handoff = Handoff()
         for source in self._dirty:
             handoff.states[source.source_id] = self._state(source)
-            lines = self._pending.pop(source, [])
+            lines = self._pending.get(source)
             if lines:
                 handoff.lines[source.source_id] = (source.group.topic, lines)
-        self.spool.append(handoff)
+        try:
+            self.spool.append(handoff)
+        except (OSError, TidelogKafkaError) as exc:
+            if not self._spool_stuck:
+                log.warning("spool: cannot write (%s); the lines wait in memory and the files wait", exc)
+            self._spool_stuck = True
+            return
+        if self._spool_stuck:
+            log.warning("spool: written again")
+            self._spool_stuck = False
         for source in self._dirty:
+            self._pending.pop(source, None)
             source.committed()
             self._written[source.source_id] = handoff.states[source.source_id]
         self._dirty.clear()

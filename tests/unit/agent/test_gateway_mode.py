@@ -4,6 +4,7 @@ the outage spool (what a restart reads back from it)."""
 from __future__ import annotations
 
 import json
+import threading
 import tomllib
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from tidelog.agent.config import GatewayTarget, parse_config
 from tidelog.agent.files import SavedGeneration
 from tidelog.agent.gateway_client import GatewayClient, GatewayRejected, Pending, seqno_of, split_seqno
 from tidelog.agent.outage_spool import Handoff, OutageSpool
+from tidelog.agent.shipper import AgentError
+from tidelog.agent.via_gateway import GatewayAgent
 from tidelog.common.errors import ConfigError
 
 GATEWAY = """
@@ -125,3 +128,60 @@ def test_the_spool_gives_back_lines_in_order_and_the_newest_state_after_a_reopen
     spool.release(batches[1].next_offset)
     assert not spool.backlog and spool.states() == {}
     spool.close()
+
+
+def _agent(tmp_path: Path, spool_bytes: int = 1 << 20) -> GatewayAgent:
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    text = (f'[agent]\nid = "a"\nhost = "h"\nstate.dir = "{tmp_path / "state"}"\nspool.max.bytes = {spool_bytes}\n'
+            f'[gateway]\nurl = "http://127.0.0.1:1"\n[[files]]\npaths = ["{tmp_path}/logs/*.log"]\ntopic = "t"\n')
+    agent = GatewayAgent(parse_config(tomllib.loads(text)))
+    agent.start()
+    return agent
+
+
+def _ship(agent: GatewayAgent) -> None:
+    agent.step(agent.clock())
+    agent.commit(threading.Event())
+
+
+def test_lines_go_to_the_spool_when_the_gateway_is_unreachable_and_come_back_after_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "logs" / "app.log"
+    (tmp_path / "logs").mkdir()
+    log.write_bytes(b"one\ntwo\n")
+    agent = _agent(tmp_path)
+    _ship(agent)  # nothing listens on port 1: the first write fails, the lines are spooled
+    assert agent.spool is not None and agent.spool.backlog
+    # The disk refuses the next hand-off: the lines wait in memory, the positions do not move.
+    with log.open("ab") as out:
+        out.write(b"three\n")
+
+    def refuse(handoff: Handoff) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(agent.spool, "append", refuse)
+    _ship(agent)
+    source = next(iter(agent.sources.values()))
+    assert agent._spool_stuck and source.generations[0].committed == 8
+    assert agent.step(agent.clock() + 2) == 0  # the files wait while it is stuck
+    monkeypatch.undo()
+    agent.step(agent.clock() + 4)  # tried again: to the gateway (down), then to the spool
+    assert not agent._spool_stuck and source.generations[0].committed == 14
+    agent.close()
+    log.unlink()  # deleted while the agent is down: the spool still has every line
+    again = _agent(tmp_path)
+    assert again.spool is not None
+    values = [line.value for batch in again.spool.next_batches(1 << 20) for _, (_, lines) in batch.lines.items()
+              for line in lines]
+    assert values == [b"one", b"two", b"three"]
+    again.close()
+
+
+def test_a_second_agent_on_the_same_state_dir_is_refused(tmp_path: Path) -> None:
+    first = _agent(tmp_path)
+    try:
+        with pytest.raises(AgentError, match="in use by another agent"):
+            _agent(tmp_path)
+    finally:
+        first.close()
