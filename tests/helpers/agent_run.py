@@ -111,7 +111,7 @@ host = "h1"
 transaction.interval.ms = 100
 poll.interval.ms = 20
 rotate.wait.ms = 300
-state.dir = "{tmp_path / 'agent-state'}"
+{f'state.dir = "{tmp_path / "agent-state"}"' if target else ""}
 {target or kafka_target(bootstrap)}
 [[files]]
 paths = ["{logs}/*.log"]

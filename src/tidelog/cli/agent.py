@@ -34,6 +34,14 @@ agent.toml:
 Rotation by rename and by copytruncate is followed; positions are kept in the positions topic, in the
 same transaction as the lines, so a restart or a kill -9 neither loses nor repeats a line.
 SIGTERM or Ctrl-C commits what was read and stops.
+
+Through tidelog gateway instead of [kafka] (exactly once by the gateway's seqnos; positions in
+state.dir/positions.json; an outage spool in state.dir/spool):
+  [agent]
+  state.dir = "/var/lib/tidelog-agent"
+  [gateway]
+  url = "http://gateway:8080"
+  token.file = "/etc/tidelog/agent.token"
 """
 
 
@@ -41,7 +49,8 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "agent", help="tail log files and ship their lines to Kafka, exactly once",
         description="Tail the files named in the config's [[files]] globs and write each line to its topic "
-                    "with a transactional producer that saves the file positions in the same transaction.",
+                    "with a transactional producer that saves the file positions in the same transaction, "
+                    "or through tidelog gateway ([gateway]).",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", required=True, metavar="FILE", help="the agent's TOML configuration")
