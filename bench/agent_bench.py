@@ -4,9 +4,10 @@ Not a test: it prints numbers. A tidelog broker runs as a subprocess (tests/help
 a temporary folder; ``tidelog agent`` runs as a second subprocess tailing one file; this script
 appends ``--rate`` lines of ``--size`` bytes per second to that file (in 10 ms slices) for
 ``--seconds``, and samples the agent's CPU time (/proc/PID/stat, user + system) and resident memory
-(/proc/PID/status VmRSS) once a second. Usage::
+(/proc/PID/status VmRSS) once a second. ``--mode gateway`` puts ``tidelog gateway`` (a third
+subprocess) between them: the agent in gateway mode, positions in a local file. Usage::
 
-    python bench/agent_bench.py [--rate 10000] [--seconds 20] [--size 100]
+    python bench/agent_bench.py [--rate 10000] [--seconds 20] [--size 100] [--mode kafka|gateway]
 
 Printed: the agent's mean CPU (% of one core) and peak RSS over the steady part (after a 3 s warm-up),
 the lines shipped (read_committed count) and the lag after the last write until every line is in
@@ -29,6 +30,7 @@ from confluent_kafka import TopicPartition
 
 from helpers.broker_process import REPO_ROOT, BrokerProcess
 from helpers.clients import consumer, create_topic
+from helpers.gateway_process import GATEWAY_TEST_BROKER, GatewayProcess
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -60,10 +62,13 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=10_000, help="lines per second")
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--size", type=int, default=100, help="bytes per line, newline included")
+    parser.add_argument("--mode", choices=("kafka", "gateway"), default="kafka",
+                        help="the agent writes straight to Kafka, or through tidelog gateway")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="agent-bench-") as tmp:
         folder = Path(tmp)
-        broker = BrokerProcess(folder / "broker").start()
+        broker = BrokerProcess(folder / "broker", GATEWAY_TEST_BROKER).start()
+        gateway: GatewayProcess | None = None
         agent: subprocess.Popen[bytes] | None = None
         try:
             topic = create_topic(broker.bootstrap, "bench-agent", 1)
@@ -71,8 +76,12 @@ def main() -> None:
             app = folder / "logs" / "app.log"
             app.touch()
             config = folder / "agent.toml"
-            config.write_text(f'[agent]\nid = "bench"\n[kafka]\nbootstrap.servers = "{broker.bootstrap}"\n'
-                              f'"linger.ms" = 20\n"compression.type" = "lz4"\n'
+            if args.mode == "gateway":
+                gateway = GatewayProcess(folder / "gw", broker.bootstrap).start(60)
+                target = f'state.dir = "{folder}/state"\n[gateway]\nurl = "{gateway.url}"\n'
+            else:
+                target = f'[kafka]\nbootstrap.servers = "{broker.bootstrap}"\n"linger.ms" = 20\n"compression.type" = "lz4"\n'
+            config.write_text(f'[agent]\nid = "bench"\n{target}'
                               f'[[files]]\npaths = ["{folder}/logs/*.log"]\ntopic = "{topic}"\n')
             env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
             agent = subprocess.Popen([sys.executable, "-m", "tidelog", "agent", "--config", str(config)],
@@ -108,6 +117,8 @@ def main() -> None:
             if agent is not None:
                 agent.terminate()
                 agent.wait(30)
+            if gateway is not None:
+                gateway.close()
             broker.close()
 
 

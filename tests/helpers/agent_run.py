@@ -89,8 +89,16 @@ class AgentRun:
             self.process.wait(10)
 
 
-def rotate_and_kill_scenario(bootstrap: str, tmp_path: Path) -> None:
-    """Run the scenario of the module docstring against the cluster at ``bootstrap``; assert on the topic."""
+def kafka_target(bootstrap: str) -> str:
+    """The [kafka] section of a direct-mode agent."""
+    return f'[kafka]\nbootstrap.servers = "{bootstrap}"\n"reconnect.backoff.max.ms" = 200\n'
+
+
+def rotate_and_kill_scenario(bootstrap: str, tmp_path: Path, target: str | None = None) -> None:
+    """Run the scenario of the module docstring against the cluster at ``bootstrap``; assert on the topic.
+
+    ``target`` is the configuration's section saying where lines go: [kafka] at ``bootstrap`` by default,
+    or a [gateway] section (with ``state.dir`` in [agent]) for gateway mode."""
     logs = tmp_path / "logs"
     logs.mkdir()
     app = logs / "app.log"
@@ -103,9 +111,8 @@ host = "h1"
 transaction.interval.ms = 100
 poll.interval.ms = 20
 rotate.wait.ms = 300
-[kafka]
-bootstrap.servers = "{bootstrap}"
-"reconnect.backoff.max.ms" = 200
+{f'state.dir = "{tmp_path / "agent-state"}"' if target else ""}
+{target or kafka_target(bootstrap)}
 [[files]]
 paths = ["{logs}/*.log"]
 topic = "{topic}"

@@ -92,6 +92,7 @@ class Generation:
     rotated_at: float | None = None
     last_growth: float = 0.0
     seen_size: int = -1
+    seen_mtime: int = -1
 
     def head_matches(self, fd: int) -> bool:
         return self.head_len == 0 or _head(fd, self.head_len) == (self.head_len, self.head_crc)
@@ -186,12 +187,13 @@ class Source:
             if identity is not None:
                 self.open_path(now)
             return
-        size = os.fstat(newest.fd).st_size
-        if size != newest.seen_size:
-            if size < newest.splitter.offset or not newest.head_matches(newest.fd):
+        st = os.fstat(newest.fd)
+        # The mtime too: a truncation followed by as many bytes as before keeps the size.
+        if (st.st_size, st.st_mtime_ns) != (newest.seen_size, newest.seen_mtime):
+            if st.st_size < newest.splitter.offset or not newest.head_matches(newest.fd):
                 self._truncated(newest, now)
                 return
-            newest.seen_size = size
+            newest.seen_size, newest.seen_mtime = st.st_size, st.st_mtime_ns
 
     def _truncated(self, gen: Generation, now: float) -> None:
         assert gen.fd is not None
@@ -276,7 +278,7 @@ class Source:
                             gen.splitter.committed_end)
             gen.splitter = LineSplitter(gen.committed, self.group.max_line_bytes, self.group.start_pattern)
             gen.finished = False
-            gen.seen_size = -1
+            gen.seen_size = gen.seen_mtime = -1
 
     def close(self) -> None:
         for gen in self.generations:

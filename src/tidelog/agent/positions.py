@@ -55,7 +55,10 @@ def encode(agent_id: str, source: SavedSource) -> bytes:
 
 
 def decode(value: bytes) -> tuple[str, SavedSource]:
-    data: dict[str, Any] = json.loads(value)
+    return from_json(json.loads(value))
+
+
+def from_json(data: dict[str, Any]) -> tuple[str, SavedSource]:
     return data["agent"], SavedSource(str(data["source"]), str(data["path"]), str(data["topic"]),
                                       int(data["next_generation"]),
                                       [SavedGeneration.from_json(g) for g in data["generations"]])

@@ -68,6 +68,9 @@ class AgentMetrics:
     aborts_total: int = 0
     truncated_lines_total: int = 0
     sources: int = 0
+    duplicates_total: int = 0  # gateway mode: lines the gateway already had (sent again after a restart)
+    replaced_lines_total: int = 0  # gateway mode: lines not valid UTF-8, bad bytes replaced
+    spool_bytes: int = 0  # gateway mode: the outage spool's size
 
 
 class Agent:
@@ -91,7 +94,10 @@ class Agent:
     def start(self) -> None:
         self._check_topics()
         self._producer = self._new_producer()
-        saved = positions.load(self.config.kafka, self.config.positions_topic, self.config.agent_id)
+        self._restore(positions.load(self.config.kafka, self.config.positions_topic, self.config.agent_id))
+
+    def _restore(self, saved: dict[str, positions.SavedSource]) -> None:
+        """Sources from their saved positions, then the globs expanded for new files."""
         now = self.clock()
         for item in saved.values():
             source = Source(item.source_id, item.path, self._group_for(item.path, item.topic))

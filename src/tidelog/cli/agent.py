@@ -34,6 +34,14 @@ agent.toml:
 Rotation by rename and by copytruncate is followed; positions are kept in the positions topic, in the
 same transaction as the lines, so a restart or a kill -9 neither loses nor repeats a line.
 SIGTERM or Ctrl-C commits what was read and stops.
+
+Through tidelog gateway instead of [kafka] (exactly once by the gateway's seqnos; positions in
+state.dir/positions.json; an outage spool in state.dir/spool):
+  [agent]
+  state.dir = "/var/lib/tidelog-agent"
+  [gateway]
+  url = "http://gateway:8080"
+  token.file = "/etc/tidelog/agent.token"
 """
 
 
@@ -41,7 +49,8 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "agent", help="tail log files and ship their lines to Kafka, exactly once",
         description="Tail the files named in the config's [[files]] globs and write each line to its topic "
-                    "with a transactional producer that saves the file positions in the same transaction.",
+                    "with a transactional producer that saves the file positions in the same transaction, "
+                    "or through tidelog gateway ([gateway]).",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", required=True, metavar="FILE", help="the agent's TOML configuration")
@@ -55,6 +64,8 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise CliError(str(exc), 2) from None
     if args.bootstrap_server:
+        if config.gateway is not None:
+            raise CliError("--bootstrap-server: the configuration writes through a gateway ([gateway])", 2)
         config = config.with_bootstrap(args.bootstrap_server)
     stop = threading.Event()
     try:
@@ -62,7 +73,12 @@ def _run(args: argparse.Namespace) -> int:
     except (OSError, ValueError, io.UnsupportedOperation):
         pass  # stderr is not a file (the command run inside another program)
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    agent = Agent(config)
+    if config.gateway is not None:
+        from tidelog.agent.via_gateway import GatewayAgent  # httpx and the spool only in gateway mode
+
+        agent: Agent = GatewayAgent(config)
+    else:
+        agent = Agent(config)
     try:
         agent.start()
         agent.run(stop)
@@ -74,7 +90,7 @@ def _run(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     metrics = agent.metrics
     logging.getLogger("tidelog.agent").info(
-        "stopped: %d records (%d bytes) in %d transactions, %d aborted, %d cut to max.line.bytes",
-        metrics.lines_total, metrics.bytes_total, metrics.transactions_total, metrics.aborts_total,
-        metrics.truncated_lines_total)
+        "stopped: %d records (%d bytes) in %d transactions, %d aborted, %d cut to max.line.bytes, "
+        "%d already at the gateway", metrics.lines_total, metrics.bytes_total, metrics.transactions_total,
+        metrics.aborts_total, metrics.truncated_lines_total, metrics.duplicates_total)
     return 0
