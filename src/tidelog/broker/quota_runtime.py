@@ -29,6 +29,10 @@ other check, and the handler takes the charge's throttle time into ``conn.thrott
 refused topics answered THROTTLING_QUOTA_EXCEEDED; permissive: all accepted, the connection muted).
 The bucket's burst is ``controller.quota.window.num`` x ``controller.quota.window.size.seconds``.
 
+Connections (KIP-612, ``quotas/connection_rate.py``): the server asks ``connection_created`` for
+every new connection; past its address's ``connection_creation_rate`` the answer is how long to hold
+the connection unread before closing it.
+
 Metrics per entity (the tags that share a rate): ``tidelog_client_quota_rate`` (last measured rate),
 ``tidelog_client_quota_bound``, ``tidelog_client_quota_throttle_seconds_total`` and
 ``tidelog_client_quota_throttled_total``, labelled ``quota``, ``user`` and ``client_id`` (for
@@ -51,6 +55,7 @@ from tidelog.broker.tier_runtime import TierRuntime
 from tidelog.common.config import BrokerConfig
 from tidelog.metadata.image import ClusterImage
 from tidelog.observability.registry import Registry
+from tidelog.quotas.connection_rate import IpConnectionRates
 from tidelog.quotas.entity import (
     CONSUMER_BYTE_RATE,
     CONTROLLER_MUTATION_RATE,
@@ -132,6 +137,7 @@ class QuotaRuntime:
         self._seen: Mapping[Entity, Mapping[str, float]] | None = None
         self.tiers = TierRuntime(config, registry, self._now_ms)
         self.cold_reads: ReadThrottleRuntime | None = None  # set by the node, which owns the logs
+        self.connections = IpConnectionRates(self.manager.samples, self.manager.window_ms)
 
     async def run(self, log_dirs: Sequence[pathlib.Path]) -> None:
         """The periodic rules: tier saturation, and cold-read throttling when the node set it up."""
@@ -162,6 +168,16 @@ class QuotaRuntime:
 
     def now_ms(self) -> int:
         return self._now_ms()
+
+    def connection_created(self, image: ClusterImage, address: str) -> int:
+        """A new connection from ``address``: how long to hold it before closing it (ms) when its
+        address is over its ``connection_creation_rate``; 0 to serve it."""
+        if not image.client_quotas and not self.connections.rates:
+            return 0
+        now = self._now_ms()
+        self.connections.configure(image.client_quotas, self.config.get_int("quota.window.num"),
+                                   self.config.get_int("quota.window.size.seconds") * 1000, now)
+        return self.connections.record(address, now)[0]
 
     def mutation_charge(self, image: ClusterImage, api_key: int, api_version: int, principal: str,
                         client_id: str | None) -> MutationCharge | None:
