@@ -28,6 +28,10 @@ request's version; the topic admin charges each topic's partitions once the topi
 other check, and the handler takes the charge's throttle time into ``conn.throttle_ms`` (strict:
 refused topics answered THROTTLING_QUOTA_EXCEEDED; permissive: all accepted, the connection muted).
 The bucket's burst is ``controller.quota.window.num`` x ``controller.quota.window.size.seconds``.
+Topics a Metadata request auto-creates are charged to its client too (``auto_create_charge``),
+strictly, as Kafka 4's broker forwards them to the controller in a CreateTopics of the latest
+version under the client's principal: a refused topic is not created and the Metadata response,
+never throttled itself, answers it UNKNOWN_TOPIC_OR_PARTITION, so the client asks again.
 
 Connections (KIP-612, ``quotas/connection_rate.py``): the server asks ``connection_created`` for
 every new connection; past its address's ``connection_creation_rate`` the answer is how long to hold
@@ -65,7 +69,7 @@ from tidelog.quotas.entity import (
     Entity,
 )
 from tidelog.quotas.manager import QuotaManager, Recorded, Tags, resolve
-from tidelog.quotas.mutation import MutationQuota, is_strict
+from tidelog.quotas.mutation import CREATE_TOPICS, STRICT_SINCE, MutationQuota, is_strict
 from tidelog.quotas.tiers import HIGH, tier_number
 
 # ApiVersions, SaslHandshake, SaslAuthenticate, WriteTxnMarkers: never throttled by request_percentage
@@ -188,6 +192,12 @@ class QuotaRuntime:
         burst_s = self.config.get_int("controller.quota.window.num") * self.config.get_int("controller.quota.window.size.seconds")
         found = self.manager.mutation_quota(user_of(principal), client_id or "", is_strict(api_key, api_version), burst_s, now)
         return None if found is None else MutationCharge(self, *found)
+
+    def auto_create_charge(self, image: ClusterImage, principal: str, client_id: str | None) -> MutationCharge | None:
+        """The charge of topics a Metadata request creates (auto.create.topics.enable): strict, as
+        the CreateTopics Kafka's broker sends the controller on the client's behalf; its throttle
+        time is never applied to the Metadata response."""
+        return self.mutation_charge(image, CREATE_TOPICS, STRICT_SINCE[CREATE_TOPICS], principal, client_id)
 
     def tier_of(self, image: ClusterImage, principal: str, client_id: str | None) -> int:
         if image.client_quotas:
