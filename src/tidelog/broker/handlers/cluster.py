@@ -127,7 +127,8 @@ async def metadata(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHead
         auto_create = bool(ctx.config.get("auto.create.topics.enable")) and getattr(
             request, "allow_auto_topic_creation", True
         )
-        charge: list[MutationCharge | None] = []  # one controller_mutation_rate charge per request, made on first use
+        charge: MutationCharge | None = None  # the request's controller_mutation_rate charge, made on first use
+        charged = False
         for wanted in request.topics:
             name = wanted.name
             topic_id = getattr(wanted, "topic_id", None)
@@ -154,10 +155,10 @@ async def metadata(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHead
             ):
                 entries.append(denied(name))
             elif auto_create:
-                if not charge:
-                    charge.append(ctx.quotas.auto_create_charge(ctx.image, conn.principal, conn.client_id)
-                                  if ctx.quotas is not None else None)
-                entries.append(await _auto_create(ctx, b, name, charge[0]))
+                if not charged and ctx.quotas is not None:
+                    charge = ctx.quotas.auto_create_charge(ctx.image, conn.principal, conn.client_id)
+                charged = True
+                entries.append(await _auto_create(ctx, b, name, charge))
             else:
                 entries.append(_error_entry(b, name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     brokers = tuple(
