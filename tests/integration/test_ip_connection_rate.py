@@ -82,9 +82,12 @@ def test_an_address_past_its_rate_is_closed_after_the_throttle_time_unanswered(
     closes = [took for ok, took in outcomes if not ok]
     print(f"\nconnection_creation_rate={RATE}: {answered} of 8 answered; the others closed after "
           f"{', '.join(f'{t * 1000:.0f}' for t in closes)} ms")
-    assert answered == RATE  # one window's worth (2 x 1 s windows: the rate is measured over >= 1 s)
+    # one window's worth (2 x 1 s windows: the rate is measured over at least 1 s); one more only if
+    # the broker, on a loaded machine, took over a second to accept the eight
+    assert RATE <= answered <= RATE + 1
     assert all(0.1 < took <= 1.5 for took in closes)  # held, then closed: not at once, never past one window
-    assert counter(broker, "tidelog_connections_refused_total", limit="connection_creation_rate") - throttled_before == 8 - RATE
+    throttled = counter(broker, "tidelog_connections_refused_total", limit="connection_creation_rate") - throttled_before
+    assert throttled == 8 - answered
 
     time.sleep(2.1)  # both windows age out
     again = connect_from("127.0.0.77", broker.host, broker.port)
