@@ -6,7 +6,10 @@ DeleteTopics charged per topic against a token bucket (burst: 11 s of the quota)
   are refused THROTTLING_QUOTA_EXCEEDED (89) with the throttle time; seen on the wire and by
   kafka-python's admin client (which speaks v7);
 - older versions: every topic is accepted and the response carries the throttle time, the
-  connection muted that long; seen on the wire and with confluent-kafka's AdminClient.
+  connection muted that long; seen on the wire and with confluent-kafka's AdminClient;
+- topics a Metadata request auto-creates: charged strictly to the requesting client (as Kafka 4's
+  broker forwards them to the controller); a refused one is answered UNKNOWN_TOPIC_OR_PARTITION and
+  not created, the Metadata response never throttled; a producer gets the topic once the bucket refills.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kafka.admin import KafkaAdminClient
 from kio.index import load_response_schema
@@ -32,10 +36,11 @@ from kio.schema.create_topics.v7.request import CreatableTopic as TopicV7
 from kio.schema.create_topics.v7.request import CreateTopicsRequest as CreateTopicsV7
 from kio.schema.delete_topics.v6.request import DeleteTopicsRequest as DeleteTopicsV6
 from kio.schema.delete_topics.v6.request import DeleteTopicState
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.static.primitive import i16, i32, i32Timedelta
 
 from helpers.broker_process import BrokerProcess, free_port, register_failure_report
-from helpers.clients import FAST_CLIENT, topic_partition_count, unique_topic
+from helpers.clients import FAST_CLIENT, admin_client, topic_partition_count, unique_topic
 from helpers.raw_client import RawClient, encode_request
 
 THROTTLED = 89  # THROTTLING_QUOTA_EXCEEDED
@@ -162,3 +167,35 @@ def test_confluent_kafka_admin_is_throttled_not_refused(broker: BrokerProcess) -
     assert metric(broker, "tidelog_requests_total", api="CreateTopics", version="4") >= 1
     for future in admin.delete_topics(list(sizes), operation_timeout=10).values():
         future.result(timeout=20)
+
+
+def test_auto_created_topics_are_charged_and_refused_past_the_quota_without_throttling_metadata(
+    broker: BrokerProcess,
+) -> None:
+    client_id = unique_topic("auto-create")
+    set_rate(broker, client_id, 1)  # burst 11; auto-created topics have num.partitions = 1
+    names = [unique_topic("auto") for _ in range(14)]
+    request = MetadataRequest(topics=tuple(MetadataRequestTopic(topic_id=None, name=n) for n in names),
+                              allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+    with RawClient(broker.host, broker.port, timeout=15) as client:
+        response, _ = call_as(client, client_id, request)
+    assert ms(response.throttle_time) == 0  # Metadata is never throttled for it
+    assert {t.error_code for t in response.topics} == {3}  # UNKNOWN_TOPIC_OR_PARTITION: created or refused alike
+    existing = admin_client(broker.bootstrap).list_topics(timeout=5).topics
+    created = [n for n in names if n in existing]
+    # 11 tokens: the 12th topic still gets through (the bucket was not below zero), then it is
+    assert created == names[:12]
+    assert metric(broker, "tidelog_controller_mutation_tokens", client_id=client_id) < 0
+    assert metric(broker, "tidelog_requests_total", api="Metadata", version="12") >= 1
+
+    # a producer under the same client id asks again until the bucket has refilled
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": client_id, **FAST_CLIENT})
+    delivered: list[Any] = []
+    started = time.monotonic()
+    for name in names[12:]:
+        producer.produce(name, b"v", on_delivery=lambda err, msg: delivered.append(err))
+    producer.flush(30)
+    waited = time.monotonic() - started
+    assert delivered == [None, None]
+    assert waited >= 1.0, f"the refused topics were created only as the bucket refilled ({waited:.2f}s)"
+    assert set(names) <= set(admin_client(broker.bootstrap).list_topics(timeout=5).topics)

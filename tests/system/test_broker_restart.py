@@ -133,3 +133,49 @@ def test_records_acknowledged_with_acks_all_survive_sigkill(fresh_broker: Callab
         assert offsets == list(range(len(offsets)))
     after = produce_all(producer(broker.bootstrap), topic, [b"after recovery"], partition=0)
     assert after.acked[0].offset() == marks[0][1]
+
+
+def test_an_idempotent_producer_keeps_its_sequences_across_sigkill_after_many_rolls(
+    fresh_broker: Callable[..., BrokerProcess],
+) -> None:
+    """Every roll writes a producer-state snapshot whose fsyncs run on the log dir's pool (not in the
+    append). Killed mid-stream and restarted, the broker rebuilds producer state from those snapshots:
+    the same idempotent producer's retries are recognised (no duplicates), its new batches accepted in
+    sequence, and nothing it was told is written is lost."""
+    broker = fresh_broker({"log.flush.interval.messages": 1, "auto.create.topics.enable": "false"})
+    topic = create_topic(broker.bootstrap, "rolling", partitions=1, config={"segment.bytes": "16384"})
+    log = DeliveryLog()
+    prod = producer(broker.bootstrap, {"enable.idempotence": True, "acks": "all", "linger.ms": 2,
+                                       "batch.size": 4096, "message.timeout.ms": 60000})
+    stop_producing = threading.Event()
+    sent = [0]
+
+    def produce_until_stopped() -> None:
+        while not stop_producing.is_set():
+            try:
+                prod.produce(topic, value=f"r{sent[0]}".encode() + b"x" * 200, partition=0, on_delivery=log)
+                sent[0] += 1
+            except BufferError:
+                pass
+            prod.poll(0.001)
+
+    writer = threading.Thread(target=produce_until_stopped, daemon=True)
+    writer.start()
+    try:
+        wait_until(lambda: len(log.acked) >= 2000, timeout=60, message="2000 acknowledged records")
+        broker.kill9()
+        acked_before_kill = len(log.acked)
+        broker.start()
+        wait_until(lambda: len(log.acked) >= acked_before_kill + 1000, timeout=60, message="1000 more after the restart")
+    finally:
+        stop_producing.set()
+        writer.join(10)
+    assert prod.flush(60) == 0
+    assert not log.errors, log.errors[:3]
+    snapshots = list((broker.data_dir / f"{topic}-0").glob("*.snapshot"))
+    assert len(snapshots) > 20, "the segments rolled many times"
+
+    stored = consume(broker.bootstrap, topic, sent[0], partitions=[0])
+    values = [m.value() for m in stored]
+    assert len(values) == len(set(values)) == sent[0], "every record once: the retries were recognised"
+    assert [int(v[1:].split(b"x", 1)[0]) for v in values] == list(range(sent[0])), "in the order sent"

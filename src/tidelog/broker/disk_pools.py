@@ -11,7 +11,9 @@ disk their partitions live on. This module decides where the disk work of a requ
   stays as it was: the bytes still go out with ``sendfile``. Followers' reads are not classified
   (replication stays inline unless the dir is slow).
 - **the log dir's pool** (``tidelog.log.dir.io.threads`` threads per dir): cold reads, every read of a
-  dir marked *slow*, and produce's fsyncs (``flush.messages``/``flush.ms``). A pooled read does the
+  dir marked *slow*, produce's fsyncs (``flush.messages``/``flush.ms``), and the fsyncs of the
+  producer-state snapshot a segment roll writes (``sync_snapshots_later``: the roll, inside an append
+  on the loop, writes the snapshot without them and queues them here; storage/log.py, "Durability"). A pooled read does the
   whole disk part in the worker, the batch lookup and the ``pread`` of the bytes, so the response
   carries bytes and the loop never touches the file. A request that touches a slow dir then waits
   on that dir's threads only: requests for partitions on other dirs are served meanwhile.
@@ -35,8 +37,8 @@ default executor, which no data request uses any more: it never queues behind pr
 cold reads.
 
 Test seam (clearly not for production): ``tidelog.test.log.dir.read.delay`` is a list of
-``<log dir>:<ms>``; every read of that dir that finds bytes to return, and every flush of it, sleeps
-that long first, where it runs (on the loop when inline). Disk faults cannot be made on this VM
+``<log dir>:<ms>``; every read of that dir that finds bytes to return, and every flush and snapshot
+sync of it, sleeps that long first, where it runs (on the loop when inline). Disk faults cannot be made on this VM
 (no device-mapper, no FUSE), and a sleep at the point the disk would be waited on is what a slow
 disk does to the broker.
 
@@ -48,10 +50,12 @@ Settings are read once per second (``refresh``), not per request. Metrics:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -96,6 +100,7 @@ class DiskPools:
         self.slow_read_s = 0.05
         self._slow_fetch: ThreadPoolExecutor | None = None
         self._slow_produce: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
         self.m_slow = registry.gauge("tidelog_log_dir_slow", "1 while the log dir is marked slow (its reads all go to its pool).", ("dir",))
         self.m_read_ms = registry.gauge("tidelog_log_dir_read_ms", "Moving average of the log dir's timed reads, in ms.", ("dir",))
         self.marker = SlowMarker(config, registry)
@@ -218,12 +223,39 @@ class DiskPools:
 
         await loop.run_in_executor(pool, work)
 
+    # -- snapshots of rolls -----------------------------------------------------------------------
+
+    def sync_snapshots_later(self, plog: PartitionLog) -> bool:
+        """The log manager's ``snapshot_syncer``: a roll of ``plog`` wrote its producer-state snapshot
+        without fsync; make it durable (``plog.sync_snapshots``) on the log's dir pool. Called by the
+        roll with the log's lock held, on whatever thread rolled: it only queues the work. False when
+        the pools are off or shut down (the roll then syncs itself, as before)."""
+        state = self.dir_of(plog)
+        if self.threads <= 0 or state is None:
+            return False
+        delay = state.delay_s
+
+        def work() -> None:
+            if delay:
+                time.sleep(delay)
+            plog.sync_snapshots()
+
+        try:
+            future = self._dir_pool(state).submit(work)
+        except RuntimeError:  # shut down: the log's clean close (a flush) makes it durable
+            return False
+        self.m_work.inc(("dir", "snapshot"))
+        future.add_done_callback(functools.partial(_report_sync, plog))
+        return True
+
     # -- pools ------------------------------------------------------------------------------------
 
     def _dir_pool(self, state: DirState) -> ThreadPoolExecutor:
         if state.pool is None:
-            name = state.path.name or "dir"
-            state.pool = ThreadPoolExecutor(max(1, self.threads), thread_name_prefix=f"disk-{name}")
+            with self._pool_lock:  # rolls ask from any thread
+                if state.pool is None:
+                    name = state.path.name or "dir"
+                    state.pool = ThreadPoolExecutor(max(1, self.threads), thread_name_prefix=f"disk-{name}")
         return state.pool
 
     def _slow_pool(self, kind: str) -> ThreadPoolExecutor:
@@ -236,6 +268,12 @@ class DiskPools:
             threads = max(1, self.config.get_int("tidelog.slow.produce.threads"))
             self._slow_produce = ThreadPoolExecutor(threads, thread_name_prefix="slow-produce")
         return self._slow_produce
+
+
+def _report_sync(plog: PartitionLog, future: Future[None]) -> None:
+    if not future.cancelled() and (exc := future.exception()) is not None:
+        # sync_snapshots took the dir offline for an I/O error; the log says so on its next use
+        log.error("making %s-%d's rolled snapshot durable failed: %s", plog.topic, plog.partition, exc)
 
 
 def _parse_delays(value: object) -> dict[str, float]:

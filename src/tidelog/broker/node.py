@@ -143,6 +143,7 @@ class BrokerNode:
         self.ctx.quotas = QuotaRuntime(self.config, self.obs.metrics.registry)
         self.ctx.quotas.cold_reads = ReadThrottleRuntime(self.config, self.logs, self.obs.metrics.registry)
         self.ctx.disk = DiskPools(self.config, self.logs, self.obs.metrics.registry)
+        self.logs.snapshot_syncer = self.ctx.disk.sync_snapshots_later  # rolls' snapshot fsyncs off the loop
         return self.ctx
 
     def _build_security(self, ctx: BrokerContext) -> SecurityService:

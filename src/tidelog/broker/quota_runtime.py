@@ -28,6 +28,14 @@ request's version; the topic admin charges each topic's partitions once the topi
 other check, and the handler takes the charge's throttle time into ``conn.throttle_ms`` (strict:
 refused topics answered THROTTLING_QUOTA_EXCEEDED; permissive: all accepted, the connection muted).
 The bucket's burst is ``controller.quota.window.num`` x ``controller.quota.window.size.seconds``.
+Topics a Metadata request auto-creates are charged to its client too (``auto_create_charge``),
+strictly, as Kafka 4's broker forwards them to the controller in a CreateTopics of the latest
+version under the client's principal: a refused topic is not created and the Metadata response,
+never throttled itself, answers it UNKNOWN_TOPIC_OR_PARTITION, so the client asks again.
+
+Connections (KIP-612, ``quotas/connection_rate.py``): the server asks ``connection_created`` for
+every new connection; past its address's ``connection_creation_rate`` the answer is how long to hold
+the connection unread before closing it.
 
 Metrics per entity (the tags that share a rate): ``tidelog_client_quota_rate`` (last measured rate),
 ``tidelog_client_quota_bound``, ``tidelog_client_quota_throttle_seconds_total`` and
@@ -51,6 +59,7 @@ from tidelog.broker.tier_runtime import TierRuntime
 from tidelog.common.config import BrokerConfig
 from tidelog.metadata.image import ClusterImage
 from tidelog.observability.registry import Registry
+from tidelog.quotas.connection_rate import IpConnectionRates
 from tidelog.quotas.entity import (
     CONSUMER_BYTE_RATE,
     CONTROLLER_MUTATION_RATE,
@@ -60,7 +69,7 @@ from tidelog.quotas.entity import (
     Entity,
 )
 from tidelog.quotas.manager import QuotaManager, Recorded, Tags, resolve
-from tidelog.quotas.mutation import MutationQuota, is_strict
+from tidelog.quotas.mutation import CREATE_TOPICS, STRICT_SINCE, MutationQuota, is_strict
 from tidelog.quotas.tiers import HIGH, tier_number
 
 # ApiVersions, SaslHandshake, SaslAuthenticate, WriteTxnMarkers: never throttled by request_percentage
@@ -132,6 +141,7 @@ class QuotaRuntime:
         self._seen: Mapping[Entity, Mapping[str, float]] | None = None
         self.tiers = TierRuntime(config, registry, self._now_ms)
         self.cold_reads: ReadThrottleRuntime | None = None  # set by the node, which owns the logs
+        self.connections = IpConnectionRates(self.manager.samples, self.manager.window_ms)
 
     async def run(self, log_dirs: Sequence[pathlib.Path]) -> None:
         """The periodic rules: tier saturation, and cold-read throttling when the node set it up."""
@@ -163,6 +173,16 @@ class QuotaRuntime:
     def now_ms(self) -> int:
         return self._now_ms()
 
+    def connection_created(self, image: ClusterImage, address: str) -> int:
+        """A new connection from ``address``: how long to hold it before closing it (ms) when its
+        address is over its ``connection_creation_rate``; 0 to serve it."""
+        if not image.client_quotas and not self.connections.rates:
+            return 0
+        now = self._now_ms()
+        self.connections.configure(image.client_quotas, self.config.get_int("quota.window.num"),
+                                   self.config.get_int("quota.window.size.seconds") * 1000, now)
+        return self.connections.record(address, now)[0]
+
     def mutation_charge(self, image: ClusterImage, api_key: int, api_version: int, principal: str,
                         client_id: str | None) -> MutationCharge | None:
         """The controller_mutation_rate charge of one request; None when no quota applies."""
@@ -172,6 +192,12 @@ class QuotaRuntime:
         burst_s = self.config.get_int("controller.quota.window.num") * self.config.get_int("controller.quota.window.size.seconds")
         found = self.manager.mutation_quota(user_of(principal), client_id or "", is_strict(api_key, api_version), burst_s, now)
         return None if found is None else MutationCharge(self, *found)
+
+    def auto_create_charge(self, image: ClusterImage, principal: str, client_id: str | None) -> MutationCharge | None:
+        """The charge of topics a Metadata request creates (auto.create.topics.enable): strict, as
+        the CreateTopics Kafka's broker sends the controller on the client's behalf; its throttle
+        time is never applied to the Metadata response."""
+        return self.mutation_charge(image, CREATE_TOPICS, STRICT_SINCE[CREATE_TOPICS], principal, client_id)
 
     def tier_of(self, image: ClusterImage, principal: str, client_id: str | None) -> int:
         if image.client_quotas:

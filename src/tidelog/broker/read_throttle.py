@@ -13,7 +13,8 @@ Once per ``tidelog.read.throttle.interval.ms`` (``tick``) the broker measures, p
 - each partition's ``MessageInRate``: its log end offset over the last ten intervals.
 
 A consumer's fetch (never a follower's) of a partition is **cold** when its offset is below
-``LEO - MessageInRate * T``. Cold bytes served are counted per partition; the dir's ``DirThrottle``
+``LEO - MessageInRate * T``, decided once per read (``estimate``, with the log end offset before the
+read) and handed to the throttle, the disk pools and the count of bytes served. Cold bytes served are counted per partition; the dir's ``DirThrottle``
 picks the heaviest cold readers while the dir is over its threshold, and lifts them once it
 recovers. A throttled partition's cold reads are held (the partition answered with no records,
 its offsets intact, so the fetch long-polls like one with nothing new) while its cold-read rate is
@@ -83,6 +84,14 @@ class _Dir:
     published: dict[TopicPartition, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class ReadEstimate:
+    """One consumer read against the page-cache estimate: its log dir and whether it is cold."""
+
+    where: _Dir
+    cold: bool
+
+
 class ReadThrottleRuntime:
     def __init__(self, config: BrokerConfig, logs: LogManager, registry: Registry) -> None:
         self.config = config
@@ -108,27 +117,28 @@ class ReadThrottleRuntime:
         path = self.logs.log_dir_of(*tp)
         return None if path is None else self._dirs.get(path)
 
-    def _cold(self, state: _Dir, tp: TopicPartition, fetch_offset: int, log_end_offset: int) -> bool:
-        rate = self._offset_rates.get(tp)
-        return is_cold(fetch_offset, log_end_offset, rate.rate() if rate else 0.0, state.horizon_s)
-
-    def cold(self, tp: TopicPartition, fetch_offset: int, log_end_offset: int) -> bool:
-        """The estimate alone: would a read at ``fetch_offset`` miss the page cache (disk_pools.py)?"""
-        state = self._state(tp)
-        return state is not None and self._cold(state, tp, fetch_offset, log_end_offset)
-
-    def held(self, tp: TopicPartition, pl: PartitionLog, fetch_offset: int) -> bool:
-        """Before a consumer's read: True when it is a cold read of a throttled partition over its rate."""
-        state = self._state(tp)
+    def estimate(self, tp: TopicPartition, fetch_offset: int, log_end_offset: int) -> ReadEstimate | None:
+        """Where a consumer's read at ``fetch_offset`` stands in the page-cache estimate; None when
+        the partition's dir is not measured (never cold, never counted). Made once per read: the
+        throttle (``held``), the disk pool's choice (disk_pools.py) and the count of the bytes
+        served (``served``) all take this one."""
+        path = self.logs.log_dir_of(*tp)
+        state = None if path is None else self._dirs.get(path)
         if state is None:
+            return None
+        rate = self._offset_rates.get(tp)
+        return ReadEstimate(state, is_cold(fetch_offset, log_end_offset, rate.rate() if rate else 0.0, state.horizon_s))
+
+    def held(self, tp: TopicPartition, pl: PartitionLog, fetch_offset: int, estimate: ReadEstimate | None) -> bool:
+        """Before a consumer's read: True when it is a cold read of a throttled partition over its rate."""
+        if estimate is None:
             return False
-        log_end_offset = pl.log_end_offset
-        cold = self._cold(state, tp, fetch_offset, log_end_offset)
-        if fetch_offset < log_end_offset and self.config.get("tidelog.read.throttle.residency.check.enable"):
+        cold = estimate.cold
+        if fetch_offset < pl.log_end_offset and self.config.get("tidelog.read.throttle.residency.check.enable"):
             fraction = _residency_at(pl, fetch_offset)
             if fraction is not None:
                 self.m_residency.inc(("cold" if cold else "hot", "yes" if fraction >= 0.5 else "no"))
-        if not cold or tp not in state.throttle.throttled:
+        if not cold or tp not in estimate.where.throttle.throttled:
             return False
         allowed = self.config.get_int("tidelog.read.throttle.partition.bytes.per.sec")
         limit = self._limits.get(tp)
@@ -137,15 +147,14 @@ class ReadThrottleRuntime:
         self.m_held.inc((tp[0], str(tp[1])))
         return True
 
-    def served(self, tp: TopicPartition, fetch_offset: int, data: FetchData) -> None:
-        """After a consumer's read of ``data``: count it cold or hot (and check residency)."""
-        state = self._state(tp)
-        if state is None or not data.ranges:
+    def served(self, tp: TopicPartition, estimate: ReadEstimate | None, data: FetchData) -> None:
+        """After a consumer's read of ``data``: count it cold or hot, as its estimate said."""
+        if estimate is None or not data.ranges:
             return
         size = data.size
-        cold = self._cold(state, tp, fetch_offset, data.log_end_offset)
-        self.m_bytes.inc((str(state.path), "cold" if cold else "hot"), size)
-        if cold:
+        state = estimate.where
+        self.m_bytes.inc((str(state.path), "cold" if estimate.cold else "hot"), size)
+        if estimate.cold:
             self._cold_bytes[tp] = self._cold_bytes.get(tp, 0) + size
             if tp in state.throttle.throttled:
                 now = self._now_ms()

@@ -21,6 +21,9 @@ What one client may take (docs/security.md, "Hostile and broken clients"):
 - a new connection past ``max.connections``, ``max.connections.per.ip`` (and its overrides) or
   ``max.connection.creation.rate`` (``security/connection_limits.py``) is closed at once, counted in
   ``tidelog_connections_refused_total`` and logged once per address and minute;
+- a new connection from an address over its ``connection_creation_rate`` quota (an ``ip`` entity,
+  KIP-612; ``quotas/connection_rate.py``) is held unread and closed after the throttle time, as
+  Kafka delays closing it, counted in the same metric (limit ``connection_creation_rate``);
 - a request larger than the receive area is read only while the broker-wide receive budget
   (``queued.max.request.bytes``, ``broker/receive_budget.py``) can hold it;
 - a client over its quota (``broker/quota_runtime.py``) gets the throttle time in its response, and
@@ -205,9 +208,48 @@ class Server:
         writer.transport.abort()
         return None
 
+    def _ip_throttle_ms(self, writer: asyncio.StreamWriter, listener: str) -> int:
+        """How long to hold the new connection before closing it, its address being over its
+        ``connection_creation_rate``; 0 to go on. Checked before the connection limits, which a
+        throttled connection does not count against (Kafka records the address's rate first)."""
+        quotas = self.ctx.quotas
+        if quotas is None:
+            return 0
+        peername = writer.get_extra_info("peername")
+        host = str(peername[0]) if peername else "?"
+        throttle_ms = quotas.connection_created(self.ctx.image, host)
+        if throttle_ms <= 0:
+            return 0
+        self.ctx.metrics.connection_refused(listener, "connection_creation_rate")
+        logged, held = self.refusal_log.should_log(host)
+        if logged:
+            log.warning("throttled a connection from %s on %s: connection_creation_rate reached, closing it after "
+                        "%d ms (further throttles of this address are logged once a minute)%s", host, listener,
+                        throttle_ms, f"; {held} throttled since" if held else "")
+        return throttle_ms
+
+    @staticmethod
+    async def _close_after(proto: KafkaProtocol, writer: asyncio.StreamWriter, throttle_ms: int) -> None:
+        """Kafka's delayed close of a throttled connection: nothing read or answered, closed after
+        ``throttle_ms`` (so a client reconnecting at once is held to its rate)."""
+        proto.mute()
+        proto.release_budget()
+        try:
+            await asyncio.sleep(throttle_ms / 1000)
+        finally:
+            writer.transport.abort()
+
     async def _accept(self, proto: KafkaProtocol, writer: asyncio.StreamWriter, listener: Endpoint) -> None:
         task = asyncio.current_task()
         assert task is not None
+        throttle_ms = self._ip_throttle_ms(writer, listener.name)
+        if throttle_ms > 0:
+            self._connections.add(task)
+            try:
+                await self._close_after(proto, writer, throttle_ms)
+            finally:
+                self._connections.discard(task)
+            return
         host = self._admit(writer, listener.name)
         if host is None:
             proto.release_budget()

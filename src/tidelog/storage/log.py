@@ -21,6 +21,17 @@ Durability: the OS page cache holds appends until :meth:`PartitionLog.flush` fsy
 ``flush.messages`` / ``flush.ms`` ask for it the append says ``needs_flush``; the caller runs the flush
 off its event loop). The *recovery point* is the offset below which everything is fsynced.
 
+A roll writes the producer-state snapshot at the new segment's base. With an ``on_roll_snapshot``
+hook (the log manager's, which the broker points at the log dir's disk pool) the snapshot is written
+*without* its fsyncs, inside the roll, and the hook has :meth:`sync_snapshots` (fsync the file, then
+the partition directory) run elsewhere, as Kafka's roll leaves it to its scheduler: an append that
+rolls never waits for the disk. :meth:`flush` makes such snapshots durable before it moves the
+recovery point, so a snapshot is durable before the recovery point passes it. Until then a power
+loss may leave the newest snapshot torn or missing: ``ProducerStateManager.load_snapshot`` skips a
+snapshot that fails its CRC and rebuilds from an older one (or the log start) by replaying batch
+headers, so nothing is lost but time. A hook that declines (returns False: no pool) has the roll
+sync at once; without a hook the snapshot is written durably, as before. The file format is unchanged.
+
 Opening: after a clean shutdown, segments are loaded with their indexes (sanity-checked: an index
 that fails is rebuilt by rescanning its segment). After an unclean shutdown every segment from the
 one holding the recovery point on is scanned: each batch's framing, CRC and offsets are checked, the
@@ -68,7 +79,7 @@ from tidelog.protocol.records import (
     set_partition_leader_epoch,
 )
 from tidelog.storage import source_offsets
-from tidelog.storage.checkpoint import CheckpointError
+from tidelog.storage.checkpoint import CheckpointError, fsync_dir
 from tidelog.storage.damage import DamagedRange, read_damage, write_damage
 from tidelog.storage.leader_epoch import LeaderEpochCache
 from tidelog.storage.log_config import LogConfig
@@ -191,8 +202,12 @@ class PartitionLog:
         high_watermark: int | None = None,
         now_ms: int | None = None,
         on_io_error: Callable[[PartitionLog, OSError], None] | None = None,
+        on_roll_snapshot: Callable[[PartitionLog], bool] | None = None,
     ) -> None:
         self.dir = directory
+        # Called by a roll (log lock held, any thread) to have sync_snapshots run elsewhere; False: do it now.
+        self.on_roll_snapshot = on_roll_snapshot
+        self._unsynced_snapshots: list[Path] = []  # written by rolls without fsync, not yet made durable
         self.topic, self.partition = parse_dir_name(directory.name)
         self.config = config
         self.hw_follows_leo = hw_follows_leo
@@ -856,7 +871,10 @@ class PartitionLog:
                 seg.seal()
                 seg.write_indexes()
                 self.producers.map_end_offset = self.log_end_offset
-                self.producers.take_snapshot()
+                deferred = self.on_roll_snapshot is not None
+                snapshot = self.producers.take_snapshot(durable=not deferred)
+                if deferred:
+                    self._unsynced_snapshots.append(snapshot)
                 if seg.size == 0:
                     self._segments.pop()
                     self._bases.pop()
@@ -865,7 +883,37 @@ class PartitionLog:
             except OSError as exc:
                 raise self._io_failed(exc, "roll") from exc
             self._add_segment(new)
+            if self.on_roll_snapshot is not None and not self.on_roll_snapshot(self):
+                self.sync_snapshots()
             return new
+
+    def sync_snapshots(self) -> None:
+        """Make durable the snapshots rolls wrote without fsync: each file, then the partition's
+        directory (their names). Safe from any thread; the lock is held only to take the list. A
+        snapshot deleted meanwhile (truncation, retention, the partition deleted) needs nothing."""
+        with self._lock:
+            if self.offline:
+                return
+            pending, self._unsynced_snapshots = self._unsynced_snapshots, []
+        if not pending:
+            return
+        try:
+            for path in pending:
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except FileNotFoundError:
+                    continue
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            try:
+                fsync_dir(self.dir)
+            except FileNotFoundError:
+                return  # the partition was deleted (its directory renamed away)
+        except OSError as exc:
+            with self._lock:
+                raise self._io_failed(exc, "snapshot sync") from exc
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -1144,6 +1192,7 @@ class PartitionLog:
         Safe from any thread; the lock is held only to collect segments and advance the recovery
         point, never during fsync.
         """
+        self.sync_snapshots()  # Kafka's order: a roll's snapshot is durable before the segments it follows
         with self._lock:
             self._check_online()
             target = self.log_end_offset

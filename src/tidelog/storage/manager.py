@@ -35,6 +35,10 @@ raise StorageError (KAFKA_STORAGE_ERROR) while other dirs keep working. ENOSPC f
 that hit it (KafkaError KAFKA_STORAGE_ERROR); the partial write is cut back, the dir stays online, and
 appends succeed again once space returns.
 
+Producer-state snapshots written by segment rolls are made durable by ``snapshot_syncer`` when one
+is set (the broker sets its disk pools: the fsyncs run on the partition's log dir pool, not in the
+append); without one the roll makes them durable itself (log.py, "Durability").
+
 Thread-safety: a manager lock guards the log map and dir states; each log has its own lock.
 """
 
@@ -163,6 +167,8 @@ class LogManager:
         self.hw_follows_leo = hw_follows_leo
         self.clock = clock
         self.scrubber_enable = scrubber_enable
+        # Where rolls' snapshot fsyncs run (PartitionLog.sync_snapshots); None: in the roll itself.
+        self.snapshot_syncer: Callable[[PartitionLog], bool] | None = None
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._log_dir: dict[tuple[str, int], _LogDir] = {}
@@ -280,8 +286,14 @@ class LogManager:
             path, config, recovery_point=recovery_point, log_start_offset=log_start, clean_shutdown=d.clean,
             producer_id_expiration_ms=self.producer_id_expiration_ms, hw_follows_leo=self.hw_follows_leo,
             high_watermark=high_watermark,
-            now_ms=self.clock(), on_io_error=self._on_io_error,
+            now_ms=self.clock(), on_io_error=self._on_io_error, on_roll_snapshot=self._on_roll_snapshot,
         )  # fmt: skip
+
+    def _on_roll_snapshot(self, rolled: PartitionLog) -> bool:
+        """A roll wrote its snapshot without fsync: hand ``rolled.sync_snapshots`` to the syncer (the
+        broker's disk pools); False (no syncer, or it declined) and the roll syncs at once."""
+        syncer = self.snapshot_syncer
+        return syncer is not None and syncer(rolled)
 
     # -- failures -------------------------------------------------------------------------------
 

@@ -237,10 +237,12 @@ class ProducerStateManager:
                 out.append(int(stem))
         return sorted(out)
 
-    def take_snapshot(self) -> Path:
-        """Write ``<map end offset>.snapshot`` atomically and return its path."""
+    def take_snapshot(self, *, durable: bool = True) -> Path:
+        """Write ``<map end offset>.snapshot`` atomically and return its path. ``durable=False`` leaves
+        out the fsyncs (the caller makes the file and its directory durable later; until then a power
+        loss may leave it torn or missing, which ``load_snapshot`` skips by its CRC)."""
         path = self.dir / snapshot_name(self.map_end_offset)
-        write_atomically(path, self._encode())
+        write_atomically(path, self._encode(), durable=durable)
         return path
 
     def _encode(self) -> bytes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,6 +102,43 @@ def test_reads_and_flushes_run_on_their_own_dirs_pool_or_the_slow_lane(logs: Log
     text = registry.render()
     assert 'tidelog_disk_work_total{lane="slow",kind="flush"} 1' in text
     assert 'tidelog_disk_work_total{lane="dir",kind="read"} 2' in text
+    disk.shutdown()
+
+
+def test_a_roll_on_a_slow_dir_queues_its_snapshot_sync_on_that_dirs_pool(logs: LogManager) -> None:
+    slowed = logs.create_log("rolls", 0, LogConfig(segment_bytes=300))
+    registry = Registry()
+    disk = pools(logs, registry, **{"tidelog.test.log.dir.read.delay": f"{logs.log_dir_of('rolls', 0)}:300"})
+    logs.snapshot_syncer = disk.sync_snapshots_later
+    synced_on: list[str] = []
+    sync = slowed.sync_snapshots
+
+    def traced() -> None:
+        synced_on.append(threading.current_thread().name)
+        sync()
+
+    slowed.sync_snapshots = traced  # type: ignore[method-assign]
+    started = time.perf_counter()
+    for i in range(6):  # each append past 300 bytes rolls
+        slowed.append_as_leader(build_batch([Record(0, NOW, None, b"x" * 200)], producer_id=3, producer_epoch=0,
+                                            base_sequence=i), leader_epoch=0, now_ms=NOW)
+    took = time.perf_counter() - started
+    assert took < 0.25, f"the appends that rolled waited for the slow dir ({took:.2f} s)"
+    assert len(slowed.snapshot_files()) >= 5
+    deadline = time.monotonic() + 10
+    while slowed._unsynced_snapshots and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not slowed._unsynced_snapshots, "the dir's pool made every rolled snapshot durable"
+    dir_name = str(logs.log_dir_of("rolls", 0)).rsplit("/", 1)[1]
+    assert synced_on and {name.rsplit("_", 1)[0] for name in synced_on} == {f"disk-{dir_name}"}
+    assert 'tidelog_disk_work_total{lane="dir",kind="snapshot"}' in registry.render()
+
+    disk.config.dynamic["tidelog.log.dir.io.threads"] = 0  # pools off: the roll syncs itself, as before
+    disk.refresh()
+    synced_on.clear()
+    slowed.append_as_leader(build_batch([Record(0, NOW, None, b"x" * 200)], producer_id=3, producer_epoch=0,
+                                        base_sequence=6), leader_epoch=0, now_ms=NOW)
+    assert synced_on == [threading.current_thread().name] and not slowed._unsynced_snapshots
     disk.shutdown()
 
 

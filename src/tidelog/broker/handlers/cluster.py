@@ -1,4 +1,11 @@
-"""Metadata and DescribeCluster: what a client asks first, after ApiVersions (dispatch.py)."""
+"""Metadata and DescribeCluster: what a client asks first, after ApiVersions (dispatch.py).
+
+A Metadata request naming a missing topic creates it when ``auto.create.topics.enable`` is on and
+the client allows it (CREATE on the topic or the cluster needed). The partitions are charged to the
+client's ``controller_mutation_rate`` (KIP-599), strictly, as Kafka 4 does; a topic the quota refuses
+is answered UNKNOWN_TOPIC_OR_PARTITION, like one just created, and the Metadata response itself is
+never throttled (``broker/quota_runtime.py``).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from tidelog.broker.authz import (
     cluster_authorized_operations,
 )
 from tidelog.broker.context import BrokerContext, ConnectionInfo, Endpoint
+from tidelog.broker.quota_runtime import MutationCharge
 from tidelog.broker.responses import NO_THROTTLE, builder
 from tidelog.common.errors import ErrorCode
 from tidelog.common.names import topic_name_problem
@@ -119,6 +127,8 @@ async def metadata(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHead
         auto_create = bool(ctx.config.get("auto.create.topics.enable")) and getattr(
             request, "allow_auto_topic_creation", True
         )
+        charge: MutationCharge | None = None  # the request's controller_mutation_rate charge, made on first use
+        charged = False
         for wanted in request.topics:
             name = wanted.name
             topic_id = getattr(wanted, "topic_id", None)
@@ -145,7 +155,10 @@ async def metadata(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHead
             ):
                 entries.append(denied(name))
             elif auto_create:
-                entries.append(await _auto_create(ctx, b, name))
+                if not charged and ctx.quotas is not None:
+                    charge = ctx.quotas.auto_create_charge(ctx.image, conn.principal, conn.client_id)
+                charged = True
+                entries.append(await _auto_create(ctx, b, name, charge))
             else:
                 entries.append(_error_entry(b, name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     brokers = tuple(
@@ -166,8 +179,13 @@ async def metadata(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHead
     )
 
 
-async def _auto_create(ctx: BrokerContext, b: Any, name: str) -> Any:
-    outcome = await ctx.topics.create_topic(name, -1, -1)
+async def _auto_create(ctx: BrokerContext, b: Any, name: str, charge: MutationCharge | None) -> Any:
+    outcome = await ctx.topics.create_topic(name, -1, -1, admit=charge.admit if charge is not None else None)
+    if outcome.error is ErrorCode.THROTTLING_QUOTA_EXCEEDED:
+        # Kafka 4: the controller refuses the forwarded creation; the broker only logs it, and the
+        # client, told the topic is unknown, asks again (and gets it once the bucket has refilled).
+        log.warning("auto topic creation of %s refused: THROTTLING_QUOTA_EXCEEDED (controller_mutation_rate)", name)
+        return _error_entry(b, name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if outcome.error is ErrorCode.TOPIC_ALREADY_EXISTS:
         existing = ctx.image.topics.get(name)
         if existing is not None:

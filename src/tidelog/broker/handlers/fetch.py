@@ -64,6 +64,7 @@ from tidelog.broker.fetch_sessions import FetchContext, SessionPartition, TopicP
 from tidelog.broker.handlers.common import check_leader_epoch, partition_log
 from tidelog.broker.purgatory import wake
 from tidelog.broker.quota_runtime import PAUSED_FETCH_THROTTLE_MS
+from tidelog.broker.read_throttle import ReadEstimate
 from tidelog.broker.response_writer import FileSlices
 from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.protocol.encoders.fetch import FetchPartitionResult, FetchResult
@@ -96,6 +97,7 @@ class PartitionRead:
     by_follower: bool = False  # a consumer's read served from this broker's follower replica
     payload: bytes | None = None  # the records, when read off the loop (disk_pools.py); else sent from data's files
     pending: tuple[DirState, Callable[[], FetchData]] | None = None  # a read to run on a disk pool
+    estimate: ReadEstimate | None = None  # a consumer's read against the page-cache estimate, made once
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,9 +164,9 @@ def _redirected(ctx: BrokerContext, result: PartitionRead, plog: PartitionLog, c
 def _read_partition(
     ctx: BrokerContext, tp: TopicPartition, state: SessionPartition, leader_epoch: int,
     max_bytes: int, min_one_batch: bool, read_committed: bool, consumer: ConsumerRead | None = None,
-    slow: bool = False,
+    slow: bool = False, estimate: ReadEstimate | None = None,
 ) -> PartitionRead:
-    result = PartitionRead(tp, state)
+    result = PartitionRead(tp, state, estimate=estimate)
     topic, partition = tp
     replica = consumer is None
     try:
@@ -189,8 +191,8 @@ def _read_partition(
             on = disk.dir_of(plog)
             # The active segment was just written: hot whatever the estimate (which calls everything
             # below the log end cold on a partition taking nothing in). Older segments: the estimate's call.
-            cold = (not replica and state.fetch_offset < plog.active_segment.base_offset
-                    and _estimated_cold(ctx, tp, state.fetch_offset, plog.log_end_offset))
+            cold = (not replica and estimate is not None and estimate.cold
+                    and state.fetch_offset < plog.active_segment.base_offset)
             if disk.offloaded(on, cold, slow) and on is not None:
                 result.pending = (on, read)  # _read_all awaits it on the dir's pool
                 return result
@@ -238,11 +240,6 @@ async def _read_off_loop(ctx: BrokerContext, result: PartitionRead, read_committ
     result.payload = pooled.payload
 
 
-def _estimated_cold(ctx: BrokerContext, tp: TopicPartition, fetch_offset: int, log_end_offset: int) -> bool:
-    cold_reads = ctx.quotas.cold_reads if ctx.quotas is not None else None
-    return cold_reads is not None and cold_reads.cold(tp, fetch_offset, log_end_offset)
-
-
 async def _read_all(
     ctx: BrokerContext, fetch_ctx: FetchContext, epochs: dict[TopicPartition, int], max_bytes: int, read_committed: bool,
     denied: frozenset[str], refused: dict[TopicPartition, ErrorCode] | None, consumer: ConsumerRead,
@@ -256,6 +253,7 @@ async def _read_all(
     the byte budget left for the next partition depends on its size."""
     results = []
     remaining = max_bytes
+    cold_reads = ctx.quotas.cold_reads if ctx.quotas is not None and refused is None else None
     for tp, state in fetch_ctx.partitions:
         if denied and tp[0] in denied:
             results.append(PartitionRead(tp, state, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
@@ -265,11 +263,17 @@ async def _read_all(
             continue
         first_with_data = remaining == max_bytes
         budget = max(0, min(state.max_bytes, remaining))
-        if (replica >= 0 and _leader_throttled(ctx, tp, replica)) or (refused is None and _cold_read_held(ctx, tp, state.fetch_offset)):
+        estimate = None
+        if cold_reads is not None:  # a consumer's read: placed against the page-cache estimate once
+            pl = ctx.logs.get_log(*tp)
+            estimate = None if pl is None else cold_reads.estimate(tp, state.fetch_offset, pl.log_end_offset)
+            if pl is not None and cold_reads.held(tp, pl, state.fetch_offset, estimate):
+                budget, first_with_data = 0, False
+        if replica >= 0 and _leader_throttled(ctx, tp, replica):
             budget, first_with_data = 0, False
         result = _read_partition(
             ctx, tp, state, epochs.get(tp, -1), budget, first_with_data, read_committed,
-            None if refused is not None else consumer, slow,
+            None if refused is not None else consumer, slow, estimate,
         )
         if result.pending is not None:
             await _read_off_loop(ctx, result, read_committed, slow)
@@ -336,7 +340,7 @@ async def fetch(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeader,
     cold_reads = ctx.quotas.cold_reads if ctx.quotas is not None and from_consumer else None
     for r in results:
         if r.size and cold_reads is not None:
-            cold_reads.served(r.tp, r.state.fetch_offset, r.data)
+            cold_reads.served(r.tp, r.estimate, r.data)
         if r.size:
             ctx.metrics.fetched(r.tp[0], r.size)
         elif r.error is not ErrorCode.NONE:
@@ -379,14 +383,6 @@ def _leader_throttled(ctx: BrokerContext, tp: TopicPartition, replica: int) -> b
         return False
     state = ctx.replicas.leaders.get(tp)
     return throttles.throttled(LEADER, tp, in_sync=state is None or replica in state.isr)
-
-
-def _cold_read_held(ctx: BrokerContext, tp: TopicPartition, fetch_offset: int) -> bool:
-    cold_reads = ctx.quotas.cold_reads if ctx.quotas is not None else None
-    if cold_reads is None:
-        return False
-    pl = ctx.logs.get_log(*tp)
-    return pl is not None and cold_reads.held(tp, pl, fetch_offset)
 
 
 def _unreadable(ctx: BrokerContext, conn: ConnectionInfo, request: Any, tps: list[TopicPartition]) -> frozenset[str]:
