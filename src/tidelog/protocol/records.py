@@ -70,6 +70,7 @@ from tidelog.protocol.compression import (
     Compression,
     compress,
     decompress,
+    inflate_into,
     inflated_size,
 )
 
@@ -491,52 +492,106 @@ def inner_offset_errors(batch: Buffer, *, max_inflated: int = DEFAULT_MAX_INFLAT
     """``(index, offset delta)`` of every record whose offset delta is not its index (0 for the
     batch's first record), in order; empty for a control batch.
 
-    Decompresses under the ``max_inflated`` cap and reads each record's length, timestamp delta and
-    offset delta only; the section must hold exactly ``recordsCount`` records (INVALID_RECORD
-    otherwise, CORRUPT_MESSAGE when it does not decompress)."""
+    The records section is inflated a chunk at a time under the ``max_inflated`` cap and never held
+    whole; only each record's length, timestamp delta and offset delta are read. It must hold exactly
+    ``recordsCount`` records: INVALID_RECORD otherwise, once the whole section has inflated within
+    the cap (``InflatedTooLarge`` comes first), CORRUPT_MESSAGE when it does not decompress."""
     header = BatchHeader.parse(batch)
     if header.is_control:
         return []
-    return _misplaced(_records_section(batch, header, max_inflated), header.records_count)
+    view = batch if isinstance(batch, memoryview) else memoryview(batch)
+    walk = _OffsetWalk(header.records_count)
+    inflate_into(header.compression, view[HEADER_SIZE : header.size], walk.feed, max_inflated)
+    return walk.finish()
 
 
-def _misplaced(body: Buffer, count: int) -> list[tuple[int, int]]:
-    """``inner_offset_errors`` of an uncompressed records section.
+# A record's length (5 bytes at most), attributes (1), timestamp delta (10) and offset delta (5) fit in
+# this many bytes; longer varints are refused by _read_varint.
+_MAX_RECORD_HEAD = 32
 
-    The produce path of every compressed batch runs this (about 0.4-0.8 µs a record), so varints of
-    one and two bytes are read inline, as *raw* values (zigzag-encoded: a delta ``d >= 0`` is ``2d``)."""
-    misplaced: list[tuple[int, int]] = []
-    pos = index = 0
-    limit = len(body)
-    try:
-        for index in range(count):
-            raw = body[pos]
-            if raw < 0x80:
-                pos += 1
-            elif body[pos + 1] < 0x80:
-                raw = (raw & 0x7F) | body[pos + 1] << 7
-                pos += 2
-            else:
-                raw, pos = _read_raw_varint(body, pos)
-            length = (raw >> 1) ^ -(raw & 1)
-            end = pos + length
-            p = pos + 1  # past the attributes
-            while body[p] >= 0x80:  # the timestamp delta
+
+class _OffsetWalk:
+    """Reads the offset delta of each record of a records section fed chunk by chunk.
+
+    Between chunks it keeps the head of a record cut by a chunk's end (``carry``, under
+    ``_MAX_RECORD_HEAD`` bytes) or the bytes of the current record still to pass (``skip``). The
+    first malformed record stops the walk; the error waits for :meth:`finish`, so that a section
+    inflating past the cap is MESSAGE_TOO_LARGE whatever its records look like."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.index = 0
+        self.skip = 0
+        self.carry = b""
+        self.misplaced: list[tuple[int, int]] = []
+        self.error: KafkaError | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        if self.error is not None:
+            return
+        if self.skip >= len(chunk):
+            self.skip -= len(chunk)
+            return
+        buf, pos = (self.carry + chunk, 0) if self.carry else (chunk, self.skip)
+        try:
+            self._walk(buf, pos, len(buf) - _MAX_RECORD_HEAD)
+        except KafkaError as exc:
+            self.error = exc
+
+    def finish(self) -> list[tuple[int, int]]:
+        if self.error is None and self.carry:
+            carry, self.carry = self.carry, b""
+            try:
+                self._walk(carry, 0, len(carry))
+            except KafkaError as exc:
+                self.error = exc
+        if self.error is None and (self.skip or self.index < self.count):
+            self.error = KafkaError(ErrorCode.INVALID_RECORD, f"the batch's records end inside record {self.index}")
+        if self.error is not None:
+            raise self.error
+        return self.misplaced
+
+    def _walk(self, buf: Buffer, pos: int, stop: int) -> None:
+        """Walk the records that start before ``stop`` (the produce path of every compressed batch runs
+        this, about 0.4-0.8 µs a record, so varints of one and two bytes are read inline, as raw
+        zigzag values: a delta ``d >= 0`` is ``2d``)."""
+        index, count, misplaced = self.index, self.count, self.misplaced
+        try:
+            while index < count and pos < stop:
+                raw = buf[pos]
+                if raw < 0x80:
+                    pos += 1
+                elif buf[pos + 1] < 0x80:
+                    raw = (raw & 0x7F) | buf[pos + 1] << 7
+                    pos += 2
+                else:
+                    raw, pos = _read_raw_varint(buf, pos)
+                length = (raw >> 1) ^ -(raw & 1)
+                end = pos + length
+                p = pos + 1  # past the attributes
+                while buf[p] >= 0x80:  # the timestamp delta
+                    p += 1
                 p += 1
-            p += 1
-            if length < 0 or end > limit or p >= end:
-                raise KafkaError(ErrorCode.INVALID_RECORD, f"record {index} of {length} bytes does not fit its batch")
-            raw = body[p]
-            if raw >= 0x80:
-                raw = (raw & 0x7F) | body[p + 1] << 7 if body[p + 1] < 0x80 else _read_raw_varint(body, p)[0]
-            if raw != index << 1:
-                misplaced.append((index, (raw >> 1) ^ -(raw & 1)))
-            pos = end
-    except IndexError:
-        raise KafkaError(ErrorCode.INVALID_RECORD, f"the batch's records end inside record {index}") from None
-    if pos != limit:
-        raise KafkaError(ErrorCode.INVALID_RECORD, f"{limit - pos} bytes after the last record")
-    return misplaced
+                if length < 0 or p >= end or p - pos > 11:
+                    raise KafkaError(ErrorCode.INVALID_RECORD, f"record {index} of {length} bytes is malformed")
+                raw = buf[p]
+                if raw >= 0x80:
+                    raw = (raw & 0x7F) | buf[p + 1] << 7 if buf[p + 1] < 0x80 else _read_raw_varint(buf, p)[0]
+                if raw != index << 1:
+                    misplaced.append((index, (raw >> 1) ^ -(raw & 1)))
+                pos = end
+                index += 1
+        except IndexError:
+            raise KafkaError(ErrorCode.INVALID_RECORD, f"the batch's records end inside record {index}") from None
+        finally:
+            self.index = index
+        size = len(buf)
+        if pos >= size:
+            self.skip, self.carry = pos - size, b""
+        elif index == count:
+            raise KafkaError(ErrorCode.INVALID_RECORD, f"{size - pos} bytes after the last record")
+        else:
+            self.skip, self.carry = 0, bytes(buf[pos:])
 
 
 def _read_raw_varint(buf: Buffer, pos: int) -> tuple[int, int]:
@@ -669,8 +724,8 @@ def recompress_batch(
     """
     header = BatchHeader.parse(batch)
     plain = _records_section(batch, header, max_inflated)
-    _decode_section(plain, header)
-    if _misplaced(plain, header.records_count):
+    records = _decode_section(plain, header)
+    if any(r.offset - header.base_offset != i for i, r in enumerate(records)):
         plain = _renumbered(plain, header.records_count)
     payload = compress(codec, plain, level) if codec != Compression.NONE else bytes(plain)
     return _pack_batch(header._replace(attributes=(header.attributes & ~0x07) | int(codec)), payload)
