@@ -18,7 +18,7 @@ from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsets
 from kio.schema.produce.v11.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.produce.v11.response import PartitionProduceResponse
 from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
 from helpers.broker_process import BrokerProcess, module_broker
 from helpers.clients import FAST_CLIENT, create_topic, unique_topic
@@ -79,7 +79,7 @@ def raw_produce(broker: BrokerProcess, topic: str, records: bytes) -> PartitionP
         response = raw.call(ProduceRequest(
             transactional_id=None, acks=i16(-1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
             topic_data=(TopicProduceData(name=TopicName(topic), partition_data=(
-                PartitionProduceData(index=i32(0), records=records),)),),
+                PartitionProduceData(index=i32(0), records=Records(records)),)),),
         ))
     [partition] = response.responses[0].partition_responses
     return partition  # type: ignore[no-any-return]
@@ -125,7 +125,7 @@ def test_a_batch_recompressed_for_its_topic_is_stored_with_its_records_renumbere
                          "enable.auto.commit": False, **FAST_CLIENT})
     try:
         consumer.subscribe([topic])
-        seen: list[tuple[int, bytes | None]] = []
+        seen: list[tuple[int | None, bytes | None]] = []
         deadline = time.monotonic() + 15
         while len(seen) < 4 and time.monotonic() < deadline:
             message = consumer.poll(0.5)
