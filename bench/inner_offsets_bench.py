@@ -47,7 +47,7 @@ def main() -> None:
         data = batch(count, size, codec)
 
         def best(work: Callable[[], object]) -> float:
-            return min(timeit.repeat(work, number=args.repeat, repeat=5)) / args.repeat * 1e6
+            return float(min(timeit.repeat(work, number=args.repeat, repeat=5))) / args.repeat * 1e6
 
         counted = best(lambda: inflated_records_size(data, max_inflated=CAP))  # noqa: B023
         checked = best(lambda: inner_offset_errors(data, max_inflated=CAP))  # noqa: B023
