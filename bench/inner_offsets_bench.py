@@ -41,13 +41,13 @@ def batch(count: int, size: int, codec: Compression) -> memoryview:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
-    args = parser.parse_args()
+    repeat: int = parser.parse_args().repeat
     print(f"{'shape':26} {'bytes':>8} {'count only':>11} {'check':>9} {'per record':>11}")
     for label, count, size, codec in SHAPES:
         data = batch(count, size, codec)
 
         def best(work: Callable[[], object]) -> float:
-            return float(min(timeit.repeat(work, number=args.repeat, repeat=5))) / args.repeat * 1e6
+            return min(timeit.repeat(work, number=repeat, repeat=5)) / repeat * 1e6
 
         counted = best(lambda: inflated_records_size(data, max_inflated=CAP))  # noqa: B023
         checked = best(lambda: inner_offset_errors(data, max_inflated=CAP))  # noqa: B023
