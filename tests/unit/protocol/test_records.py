@@ -9,6 +9,7 @@ import crc32c
 import pytest
 
 from tidelog.common.errors import ErrorCode, KafkaError
+from tidelog.protocol import compression as compression_module
 from tidelog.protocol.compression import Compression
 from tidelog.protocol.records import (
     HEADER_SIZE,
@@ -358,6 +359,20 @@ def test_inner_offset_errors_name_every_record_out_of_place(codec: Compression) 
     assert inner_offset_errors(batch([1, 1, 5, 2])) == [(0, 1), (2, 5), (3, 2)]
     assert inner_offset_errors(batch([*range(100), 9_000, *range(101, 200)])) == [(100, 9_000)]
     assert inner_offset_errors(build_control_batch(ControlType.COMMIT, 1, 0, 0, 0)) == []
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD])
+@pytest.mark.parametrize("chunk", [1, 7, 1000])
+def test_inner_offset_errors_read_records_cut_anywhere_by_the_inflated_chunks(
+    codec: Compression, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tiny chunks cut record heads and bodies at every position: the walk carries and skips across them.
+    monkeypatch.setattr(compression_module, "_CHUNK", chunk)
+    deltas = [*range(70), 71, 70, *range(72, 90), 200, 3_000_000]
+    sent = [Record(d, 7_000 + 5 * i, b"k" * (i % 5), b"v" * ((i * 37) % 300), (("h", b"x"),) * (i % 3))
+            for i, d in enumerate(deltas)]
+    batch = build_batch(sent, compression=codec, last_offset_delta=len(deltas) - 1)
+    assert inner_offset_errors(batch) == [(i, d) for i, d in enumerate(deltas) if d != i]
 
 
 @pytest.mark.parametrize("declared", [2, 4])
