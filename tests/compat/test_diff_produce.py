@@ -255,10 +255,11 @@ def _batch_with_offset_deltas(deltas: list[int], codec: Compression) -> bytes:
 
 
 def scenario_produce_inner_offsets_out_of_order(b: Broker) -> None:
-    """Batches whose records' offset deltas do not run 0, 1, 2... (0 2 1 3, or 1 1 5 2): none is
-    refused. A compressed batch (gzip, snappy, lz4, zstd, kept in its codec or recompressed for the
-    topic's compression.type) is stored with its records renumbered in order; an uncompressed batch
-    kept uncompressed is stored as sent, deltas included."""
+    """Batches whose records' offset deltas do not run 0, 1, 2... (0 2 1 3, or 1 1 5 2). An uncompressed
+    batch kept uncompressed is stored as sent, deltas included; a batch recompressed for the topic's
+    compression.type is stored with its records renumbered in order; a compressed batch kept in its
+    codec (gzip, snappy, lz4, zstd) is refused, nothing appended. A batch whose base offset is 5
+    (deltas in order) is refused too: a producer's batch starts at 0."""
     name = b.topic()
     create_topic(b, name, 1)
     shuffled, repeated = [0, 2, 1, 3], [1, 1, 5, 2]
@@ -266,6 +267,8 @@ def scenario_produce_inner_offsets_out_of_order(b: Broker) -> None:
                           (Compression.LZ4, shuffled), (Compression.ZSTD, repeated)]:
         label = " ".join(map(str, deltas))
         produce(b, f"{codec.name.lower()} batch, deltas {label}", name, _batch_with_offset_deltas(deltas, codec))
+    based = build_batch([Record(5 + i, BASE_TS, b"k", b"v") for i in range(3)], base_offset=5, compression=Compression.GZIP)
+    produce(b, "gzip batch, base offset 5, deltas 0 1 2", name, based)
     fetch(b, "fetch", name, 0)
     gzip_topic = b.topic("-gzip")
     create_topic(b, gzip_topic, 1, {"compression.type": "gzip"})

@@ -47,7 +47,8 @@ Validation errors, as Kafka 4 answers a produce (``ProduceRequest.validateRecord
   "only allowed to contain record batches with magic version 2", which KIP-467 maps to code 87);
 - CRC mismatch, batchLength smaller than the header, a batch running past the buffer: ``CORRUPT_MESSAGE``;
 - negative record count, more records than offsets, a producer batch whose count differs from
-  ``lastOffsetDelta + 1``, a record body that does not parse: ``INVALID_RECORD``;
+  ``lastOffsetDelta + 1`` or whose base offset is not 0 (``UnifiedLog.analyzeAndValidateRecords``),
+  a record body that does not parse: ``INVALID_RECORD``;
 - compression id 5-7: ``UNSUPPORTED_COMPRESSION_TYPE``;
 - records of a compressed batch whose offset deltas do not run 0, 1, 2...: Kafka renumbers them
   where it recompresses the batch (:func:`recompress_batch` does the same) and fails the append
@@ -257,6 +258,9 @@ def _check_batch(buf: Buffer, pos: int, end: int, *, validate: bool, from_produc
     header = BatchHeader._make(_HEADER.unpack_from(buf, pos))
     if not validate:
         return header
+    if from_producer and header.base_offset != 0:  # Kafka 4 checks it before the CRC
+        raise KafkaError(ErrorCode.INVALID_RECORD,
+                         f"batch at {pos} has base offset {header.base_offset}; a producer's batch starts at 0")
     view = buf if isinstance(buf, memoryview) else memoryview(buf)
     if crc32c.crc32c(view[pos + _ATTRIBUTES_POS : batch_end]) != header.crc:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"CRC mismatch in batch at {pos}")
@@ -281,7 +285,8 @@ def iter_batches(
     """Yield ``(header, start position)`` for each batch in ``buf`` (concatenated batches).
 
     Length framing and magic are always checked; ``validate`` adds the CRC and record-count checks;
-    ``from_producer`` also demands ``recordsCount == lastOffsetDelta + 1`` (no compacted gaps). Raises
+    ``from_producer`` also demands a base offset of 0 and ``recordsCount == lastOffsetDelta + 1`` (no
+    compacted gaps). Raises
     ``KafkaError`` on the first bad batch; batches before it have already been yielded.
     """
     pos = 0

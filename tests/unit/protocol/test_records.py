@@ -255,7 +255,7 @@ def test_record_stamps_give_each_records_timestamp_and_keylessness(codec: Compre
 @pytest.mark.parametrize("kind", list(ControlType))
 def test_control_batch_round_trip(kind: ControlType) -> None:
     batch = build_control_batch(kind, 77, 4, 12, 123_456, base_offset=30)
-    [(header, _)] = list(iter_batches(batch, from_producer=True))
+    [(header, _)] = list(iter_batches(batch))
     assert header.is_control and header.is_transactional
     assert (header.producer_id, header.producer_epoch, header.base_offset) == (77, 4, 30)
     [record] = decode_records(batch)
@@ -359,6 +359,17 @@ def test_inner_offset_errors_name_every_record_out_of_place(codec: Compression) 
     assert inner_offset_errors(batch([1, 1, 5, 2])) == [(0, 1), (2, 5), (3, 2)]
     assert inner_offset_errors(batch([*range(100), 9_000, *range(101, 200)])) == [(100, 9_000)]
     assert inner_offset_errors(build_control_batch(ControlType.COMMIT, 1, 0, 0, 0)) == []
+
+
+def test_a_producer_batch_must_start_at_offset_0() -> None:
+    # Kafka 4 refuses it before the CRC: a wrong CRC does not change the answer.
+    shifted = bytearray(build_batch(records(2)))
+    set_base_offset(shifted, 0, 5)
+    expect_code(ErrorCode.INVALID_RECORD, shifted, from_producer=True)
+    shifted[-1] ^= 0xFF
+    expect_code(ErrorCode.INVALID_RECORD, shifted, from_producer=True)
+    expect_code(ErrorCode.CORRUPT_MESSAGE, shifted)  # a follower's or the broker's own batch
+    assert [h.base_offset for h, _ in iter_batches(build_batch(records(2)), from_producer=True)] == [0]
 
 
 @pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD])
