@@ -134,3 +134,13 @@ def test_a_batch_recompressed_for_its_topic_is_stored_with_its_records_renumbere
     finally:
         consumer.close()
     assert seen == [(0, b"k0"), (1, b"k1"), (2, b"k2"), (3, b"k3")]
+
+
+def test_a_producer_batch_that_does_not_start_at_offset_0_is_refused_whole(record_errors_broker: BrokerProcess) -> None:
+    topic = create_topic(record_errors_broker.bootstrap, unique_topic("inner-based"), 1)
+    based = build_batch([Record(5 + i, int(time.time() * 1000), b"k", b"v") for i in range(3)], base_offset=5,
+                        compression=Compression.GZIP)
+    answer = raw_produce(record_errors_broker, topic, based)
+    assert (answer.error_code, answer.record_errors) == (ErrorCode.invalid_record, ())
+    assert answer.error_message == "batch at 0 has base offset 5; a producer's batch starts at 0"
+    assert log_end(record_errors_broker, topic) == 0
