@@ -25,6 +25,8 @@ from compat_harness.steps import (
 
 from helpers.raw_client import legacy_message_set, record_batch
 from tidelog.protocol.apis import ApiKey
+from tidelog.protocol.compression import Compression
+from tidelog.protocol.records import Record, build_batch
 
 
 def scenario_produce_to_unknown_topic(b: Broker) -> None:
@@ -243,6 +245,36 @@ def scenario_produce_timestamps_out_of_range_record_by_record(b: Broker) -> None
             _batch_with_timestamps([now, now, now - 2 * hour], [None, b"k", b"k"]))
     list_offsets(b, "latest", name, -1)
     list_offsets(b, "latest compacted", compacted, -1)
+
+
+def _batch_with_offset_deltas(deltas: list[int], codec: Compression) -> bytes:
+    """A producer batch (tidelog's encoder) whose records carry ``deltas`` as offset deltas; its header
+    still says ``len(deltas)`` records and a last offset delta of ``len(deltas) - 1``."""
+    records = [Record(delta, BASE_TS + i, b"k%d" % i, b"v%d" % i, (("h", b"%d" % i),)) for i, delta in enumerate(deltas)]
+    return build_batch(records, compression=codec, last_offset_delta=len(deltas) - 1)
+
+
+def scenario_produce_inner_offsets_out_of_order(b: Broker) -> None:
+    """Batches whose records' offset deltas do not run 0, 1, 2... (0 2 1 3, or 1 1 5 2). An uncompressed
+    batch kept uncompressed is stored as sent, deltas included; a batch recompressed for the topic's
+    compression.type is stored with its records renumbered in order; a compressed batch kept in its
+    codec (gzip, snappy, lz4, zstd) is refused, nothing appended. A batch whose base offset is 5
+    (deltas in order) is refused too: a producer's batch starts at 0."""
+    name = b.topic()
+    create_topic(b, name, 1)
+    shuffled, repeated = [0, 2, 1, 3], [1, 1, 5, 2]
+    for codec, deltas in [(Compression.NONE, shuffled), (Compression.GZIP, shuffled), (Compression.SNAPPY, repeated),
+                          (Compression.LZ4, shuffled), (Compression.ZSTD, repeated)]:
+        label = " ".join(map(str, deltas))
+        produce(b, f"{codec.name.lower()} batch, deltas {label}", name, _batch_with_offset_deltas(deltas, codec))
+    based = build_batch([Record(5 + i, BASE_TS, b"k", b"v") for i in range(3)], base_offset=5, compression=Compression.GZIP)
+    produce(b, "gzip batch, base offset 5, deltas 0 1 2", name, based)
+    fetch(b, "fetch", name, 0)
+    gzip_topic = b.topic("-gzip")
+    create_topic(b, gzip_topic, 1, {"compression.type": "gzip"})
+    produce(b, "lz4 batch to a gzip topic", gzip_topic, _batch_with_offset_deltas(shuffled, Compression.LZ4))
+    produce(b, "uncompressed batch to a gzip topic", gzip_topic, _batch_with_offset_deltas(repeated, Compression.NONE))
+    fetch(b, "fetch from the gzip topic", gzip_topic, 0)
 
 
 @pytest.mark.parametrize("scenario", scenario_params(globals()))

@@ -35,6 +35,28 @@ def zstd_section(size: int, *, declare_size: int | None = None, level: int = 3) 
     return frame if declare_size in (None, size) else _declare(frame, declare_size)
 
 
+def zstd_record_section(size: int) -> bytes:
+    """A zstd frame of one well-formed record (no key, no header) whose value is ``size`` zeros: a bomb
+    the broker stores where its max.message.bytes allows (a section of bare zeros is no record)."""
+    body_tail = _varint(-1) + _varint(size)  # key length (null), value length
+    length = 3 + len(body_tail) + size + 1  # attributes, timestamp delta, offset delta ... headers count
+    head = _varint(length) + b"\x00\x00\x00" + body_tail
+    obj = zstandard.ZstdCompressor(level=3, write_content_size=False).compressobj()
+    out = [obj.compress(head)] + [obj.compress(_CHUNK[:n]) for n in _chunks(size + 1)]  # the value, then 0 headers
+    out.append(obj.flush())
+    return b"".join(out)
+
+
+def _varint(value: int) -> bytes:
+    raw = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while raw >= 0x80:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)
+
+
 def _declare(frame: bytes, content_size: int) -> bytes:
     """``frame`` with its Frame_Content_Size field (RFC 8878 3.1.1.1) overwritten by ``content_size``."""
     descriptor = frame[4]
@@ -94,4 +116,5 @@ SECTIONS = {
     "zstd": lambda size: (zstd_section(size), ZSTD),
     "zstd-lying": lambda size: (zstd_section(size, declare_size=1000), ZSTD),
     "zstd-sized": lambda size: (zstd_section(size, declare_size=size), ZSTD),
+    "zstd-record": lambda size: (zstd_record_section(size), ZSTD),
 }

@@ -47,9 +47,8 @@ def test_compaction_matches_the_model(
             for batch in segment:
                 base = log.log_end_offset
                 records = [Record(base + i, T0 + base + i, k, v) for i, (k, v) in enumerate(batch)]
-                log.append_as_leader(
-                    build_batch(records, base_offset=base, compression=codec), leader_epoch=0, now_ms=T0
-                )
+                sent = [Record(i, r.timestamp, r.key, r.value) for i, r in enumerate(records)]  # as a producer numbers them
+                log.append_as_leader(build_batch(sent, compression=codec), leader_epoch=0, now_ms=T0)
                 written.extend(records)
             log.roll(now_ms=T0)
         active_start = log.segments_snapshot()[-1].base_offset

@@ -67,10 +67,7 @@ def test_readers_see_increasing_offsets_and_right_values_during_compaction(tmp_p
         while not stop.is_set() and i < 20_000:
             base = log.log_end_offset
             keys = [b"key-%d" % ((i + j) % KEYS) for j in range(5)]
-            batch = build_batch(
-                [Record(base + j, T0 + i, k, _value(k, base + j)) for j, k in enumerate(keys)],
-                base_offset=base,
-            )
+            batch = build_batch([Record(j, T0 + i, k, _value(k, base + j)) for j, k in enumerate(keys)])
             first = log.append_as_leader(batch, leader_epoch=0, now_ms=T0 + i).first_offset
             assert first == base
             with lock:

@@ -38,6 +38,7 @@ import enum
 import io
 import struct
 import zlib
+from collections.abc import Callable
 
 import cramjam
 import lz4.frame
@@ -47,7 +48,7 @@ from tidelog.common.errors import ErrorCode, KafkaError
 
 __all__ = [
     "DEFAULT_MAX_INFLATED", "XERIAL_MAGIC", "Compression", "InflatedTooLarge", "compress", "decompress",
-    "inflated_size",
+    "inflate_into", "inflated_size",
 ]
 
 Buffer = bytes | bytearray | memoryview
@@ -133,6 +134,17 @@ def inflated_size(codec: Compression, data: Buffer, max_size: int = DEFAULT_MAX_
     return _run(codec, data, _Counter(codec.name, max_size)).size
 
 
+def inflate_into(
+    codec: Compression, data: Buffer, consume: Callable[[bytes], None], max_size: int = DEFAULT_MAX_INFLATED
+) -> int:
+    """Inflate ``data`` a chunk at a time (at most 1 MiB each), handing each chunk to ``consume`` and
+    holding none; return the inflated size. The same errors as :func:`decompress`."""
+    if codec == Compression.NONE:
+        consume(bytes(data))
+        return len(data)
+    return _run(codec, data, _Feed(codec.name, max_size, consume)).size
+
+
 def _run(codec: Compression, data: Buffer, sink: _Sink) -> _Sink:
     try:
         if codec == Compression.GZIP:
@@ -180,6 +192,21 @@ class _Counter(_Sink):
         self.size += len(chunk)
         if self.size > self.max_size:
             raise InflatedTooLarge(self.codec, self.max_size)
+
+
+class _Feed(_Sink):
+    """A sink that hands each chunk on once measured, keeping none."""
+
+    def __init__(self, codec: str, max_size: int, consume: Callable[[bytes], None]) -> None:
+        super().__init__(codec, max_size)
+        self.consume = consume
+
+    def add(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > self.max_size:
+            raise InflatedTooLarge(self.codec, self.max_size)
+        if chunk:
+            self.consume(chunk)
 
 
 def _gzip_decode(data: Buffer, sink: _Sink) -> _Sink:

@@ -14,8 +14,10 @@ The log start offset and recovery point are not stored here but in the log dir's
 Offsets: every batch appended by the leader gets offsets ``[log end offset, ...]`` by rewriting its
 base offset and partition leader epoch in a private copy of the request buffer; records are not
 decoded on this path, except where the topic's ``compression.type`` names a codec: a batch in
-another codec then has its records section decompressed, checked and compressed again
-(``recompress_batch``), as Kafka's LogValidator does. Reads return byte ranges of whole batches, as stored.
+another codec then has its records section decompressed, checked, renumbered where its records'
+offset deltas do not run 0, 1, 2... and compressed again (``recompress_batch``), as Kafka's
+LogValidator does. A compressed batch kept as sent has its records' offset deltas checked instead
+(every record out of place is named in INVALID_RECORD's ``record_errors``). Reads return byte ranges of whole batches, as stored.
 
 Durability: the OS page cache holds appends until :meth:`PartitionLog.flush` fsyncs them (when
 ``flush.messages`` / ``flush.ms`` ask for it the append says ``needs_flush``; the caller runs the flush
@@ -69,7 +71,7 @@ from tidelog.protocol.records import (
     BatchHeader,
     ControlType,
     decode_records,
-    inflated_records_size,
+    inner_offset_errors,
     iter_batches,
     parse_control_record,
     recompress_batch,
@@ -630,10 +632,11 @@ class PartitionLog:
         )
         if config.compact or timestamps_out:
             PartitionLog._validate_records(config, batch, timestamps_out, lowest, highest)
-        elif header.attributes & 0x07 and config.target_compression in (None, header.compression):
-            # Kept as sent (compression.type=producer or the same codec): Kafka inflates it to check its
-            # records; here its inflated size is counted, never held, so no reader meets a bomb later.
-            inflated_records_size(batch, max_inflated=cap)
+        if header.attributes & 0x07 and config.target_compression in (None, header.compression):
+            # Kept as sent (compression.type=producer or the same codec): inflated under the cap (no
+            # reader meets a bomb later) and its records' offset deltas checked, as Kafka's
+            # LogValidator checks them; a batch to recompress is renumbered instead (recompress_batch).
+            PartitionLog._check_inner_offsets(batch, cap)
 
     @staticmethod
     def _validate_records(config: LogConfig, batch: memoryview, check_timestamps: bool, lowest: int, highest: int) -> None:
@@ -657,6 +660,21 @@ class PartitionLog:
             raise RecordValidationError(ErrorCode.INVALID_TIMESTAMP,
                                         f"{len(errors)} records refused for invalid timestamps ({shown})", errors)
         raise RecordValidationError(ErrorCode.INVALID_RECORD, f"{len(errors)} records refused ({shown})", errors)
+
+    @staticmethod
+    def _check_inner_offsets(batch: memoryview, cap: int) -> None:
+        """Refuse a compressed batch kept as sent whose records' offset deltas do not run 0, 1, 2...,
+        naming every record out of place (KIP-467). Kafka 4 fails such an append too, though by an
+        internal error (UNKNOWN_SERVER_ERROR, no record named): it renumbers the records of a batch it
+        keeps by rebuilding it, from records it read without their keys (docs/compat.md)."""
+        misplaced = inner_offset_errors(batch, max_inflated=cap)
+        if not misplaced:
+            return
+        errors = tuple((index, f"offset delta {delta} where {index} was expected: the records of a compressed "
+                               "batch must have offset deltas 0, 1, 2...") for index, delta in misplaced)
+        shown = "; ".join(f"record {index}: offset delta {delta}" for index, delta in misplaced[:3])
+        raise RecordValidationError(ErrorCode.INVALID_RECORD,
+                                    f"{len(errors)} records out of order in a compressed batch ({shown})", errors)
 
     def _assign_and_write(
         self, buf: memoryview, headers: list[tuple[BatchHeader, int]], leader_epoch: int, now_ms: int

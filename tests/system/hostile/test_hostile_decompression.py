@@ -89,7 +89,7 @@ def test_bombs_to_a_topic_that_inflates_batches_are_refused_without_taking_memor
 def test_a_bomb_admitted_before_the_cap_was_lowered_explodes_neither_the_cleaner_nor_the_cli_consumer(
     broker: BrokerProcess,
 ) -> None:
-    section, codec = SECTIONS["zstd"](BOMBS["zstd"])
+    section, codec = SECTIONS["zstd-record"](BOMBS["zstd"])
     before = peak_rss(broker.pid)
     with RawClient(broker.host, broker.port, timeout=60) as raw:
         # Under a 2 GiB max.message.bytes the bomb is admitted: counted chunk by chunk, never held.

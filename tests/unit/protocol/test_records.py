@@ -9,6 +9,7 @@ import crc32c
 import pytest
 
 from tidelog.common.errors import ErrorCode, KafkaError
+from tidelog.protocol import compression as compression_module
 from tidelog.protocol.compression import Compression
 from tidelog.protocol.records import (
     HEADER_SIZE,
@@ -20,6 +21,7 @@ from tidelog.protocol.records import (
     build_batch,
     build_control_batch,
     decode_records,
+    inner_offset_errors,
     iter_batches,
     null_key_indices,
     parse_control_record,
@@ -253,7 +255,7 @@ def test_record_stamps_give_each_records_timestamp_and_keylessness(codec: Compre
 @pytest.mark.parametrize("kind", list(ControlType))
 def test_control_batch_round_trip(kind: ControlType) -> None:
     batch = build_control_batch(kind, 77, 4, 12, 123_456, base_offset=30)
-    [(header, _)] = list(iter_batches(batch, from_producer=True))
+    [(header, _)] = list(iter_batches(batch))
     assert header.is_control and header.is_transactional
     assert (header.producer_id, header.producer_epoch, header.base_offset) == (77, 4, 30)
     [record] = decode_records(batch)
@@ -335,11 +337,61 @@ def test_recompressed_batch_keeps_every_field_and_record_and_reads_in_kafka_pyth
     assert [(r.offset, r.key, r.value) for r in theirs] == [(r.offset, r.key, r.value) for r in decode_records(original)]
 
 
-def test_recompression_refuses_records_whose_offset_deltas_do_not_run_in_order() -> None:
-    gapped = build_batch([Record(0, 0, b"k", b"a"), Record(2, 0, b"k", b"b")], compression=Compression.GZIP,
-                         last_offset_delta=1)
+@pytest.mark.parametrize("source", CODECS)
+def test_recompression_renumbers_records_whose_offset_deltas_do_not_run_in_order(source: Compression) -> None:
+    sent = [Record(d, 1_000 + i, b"k%d" % i, b"v" * (i * 70), (("h", b"%d" % i),)) for i, d in enumerate([3, 1, 1, 0])]
+    rebuilt = recompress_batch(build_batch(sent, compression=source, last_offset_delta=3), Compression.GZIP)
+    [(header, _)] = list(iter_batches(rebuilt, from_producer=True))
+    assert header.last_offset_delta == 3 and header.records_count == 4
+    assert decode_records(rebuilt) == [Record(i, r.timestamp, r.key, r.value, r.headers) for i, r in enumerate(sent)]
+    assert [r.offset for r in DefaultRecordBatch(rebuilt)] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_inner_offset_errors_name_every_record_out_of_place(codec: Compression) -> None:
+    def batch(deltas: list[int]) -> bytes:
+        # values long enough that records past the first need two-byte length varints
+        return build_batch([Record(d, 5_000 - 300 * i, b"k", b"v" * 80) for i, d in enumerate(deltas)],
+                           compression=codec, last_offset_delta=len(deltas) - 1)
+
+    assert inner_offset_errors(batch(list(range(300)))) == []
+    assert inner_offset_errors(batch([0, 2, 1, 3])) == [(1, 2), (2, 1)]
+    assert inner_offset_errors(batch([1, 1, 5, 2])) == [(0, 1), (2, 5), (3, 2)]
+    assert inner_offset_errors(batch([*range(100), 9_000, *range(101, 200)])) == [(100, 9_000)]
+    assert inner_offset_errors(build_control_batch(ControlType.COMMIT, 1, 0, 0, 0)) == []
+
+
+def test_a_producer_batch_must_start_at_offset_0() -> None:
+    # Kafka 4 refuses it before the CRC: a wrong CRC does not change the answer.
+    shifted = bytearray(build_batch(records(2)))
+    set_base_offset(shifted, 0, 5)
+    expect_code(ErrorCode.INVALID_RECORD, shifted, from_producer=True)
+    shifted[-1] ^= 0xFF
+    expect_code(ErrorCode.INVALID_RECORD, shifted, from_producer=True)
+    expect_code(ErrorCode.CORRUPT_MESSAGE, shifted)  # a follower's or the broker's own batch
+    assert [h.base_offset for h, _ in iter_batches(build_batch(records(2)), from_producer=True)] == [0]
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD])
+@pytest.mark.parametrize("chunk", [1, 7, 1000])
+def test_inner_offset_errors_read_records_cut_anywhere_by_the_inflated_chunks(
+    codec: Compression, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tiny chunks cut record heads and bodies at every position: the walk carries and skips across them.
+    monkeypatch.setattr(compression_module, "_CHUNK", chunk)
+    deltas = [*range(70), 71, 70, *range(72, 90), 200, 3_000_000]
+    sent = [Record(d, 7_000 + 5 * i, b"k" * (i % 5), b"v" * ((i * 37) % 300), (("h", b"x"),) * (i % 3))
+            for i, d in enumerate(deltas)]
+    batch = build_batch(sent, compression=codec, last_offset_delta=len(deltas) - 1)
+    assert inner_offset_errors(batch) == [(i, d) for i, d in enumerate(deltas) if d != i]
+
+
+@pytest.mark.parametrize("declared", [2, 4])
+def test_inner_offset_errors_refuse_a_section_that_does_not_hold_the_declared_records(declared: int) -> None:
+    batch = bytearray(build_batch(records(3), compression=Compression.LZ4))
+    struct.pack_into(">i", batch, 57, declared)  # recordsCount
     with pytest.raises(KafkaError) as err:
-        recompress_batch(gapped, Compression.NONE)
+        inner_offset_errors(batch)
     assert err.value.code == ErrorCode.INVALID_RECORD
 
 

@@ -64,7 +64,7 @@ def test_a_bomb_to_a_topic_that_inflates_batches_is_refused_with_message_too_lar
 
 def test_a_bomb_admitted_under_a_larger_cap_is_read_later_under_the_current_one(tmp_path: Path) -> None:
     directory = tmp_path / "t-0"
-    section, codec = section_of("zstd")
+    section, codec = section_of("zstd-record")
     roomy = PartitionLog(directory, LogConfig(max_message_bytes=2 * BOMB), now_ms=NOW)
     # Admitted: its inflated size is counted chunk by chunk, never held.
     _, peak = peak_traced(lambda: roomy.append_as_leader(batch(section, codec), leader_epoch=0, now_ms=NOW))
@@ -81,7 +81,7 @@ def test_a_bomb_admitted_under_a_larger_cap_is_read_later_under_the_current_one(
 def test_the_cleaner_keeps_a_batch_inflating_past_the_cap_as_it_is_and_compacts_the_rest(tmp_path: Path) -> None:
     directory = tmp_path / "t-0"
     plain = PartitionLog(directory, LogConfig(max_message_bytes=2 * BOMB), now_ms=NOW)  # then the cap is lowered
-    section, codec = section_of("zstd")
+    section, codec = section_of("zstd-record")
     plain.append_as_leader(batch(section, codec), leader_epoch=0, now_ms=NOW)
     for round_ in range(3):
         records = [Record(i, NOW, b"k%d" % i, b"round %d" % round_) for i in range(10)]

@@ -9,6 +9,7 @@ import pytest
 from storage_helpers import NOW, LogFactory, make_batch
 
 from tidelog.common.errors import ErrorCode, KafkaError, RecordValidationError, StorageError
+from tidelog.protocol.compression import Compression
 from tidelog.protocol.records import (
     ControlType,
     Record,
@@ -194,6 +195,75 @@ def test_every_failing_record_is_named_in_the_error(
         log.append_as_leader(batch, leader_epoch=0, now_ms=NOW)
     assert err.value.code is code
     assert [index for index, _ in err.value.record_errors] == indexes
+    assert log.log_end_offset == 0
+
+
+COMPRESSED = [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
+# offset deltas as sent, then the indexes of the records out of place
+MISPLACED = [([0, 2, 1, 3], [1, 2]), ([1, 1, 5, 2], [0, 2, 3])]
+
+
+def batch_with_offset_deltas(deltas: list[int], codec: Compression, keys: list[bytes | None] | None = None) -> bytes:
+    """A producer batch whose records carry ``deltas`` as offset deltas, its header saying
+    ``len(deltas)`` records and a last offset delta of ``len(deltas) - 1``."""
+    keys = keys or [b"k%d" % i for i in range(len(deltas))]
+    return build_batch([Record(delta, NOW + i, keys[i], b"v%d" % i) for i, delta in enumerate(deltas)],
+                       compression=codec, last_offset_delta=len(deltas) - 1)
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+@pytest.mark.parametrize(("deltas", "indexes"), MISPLACED)
+@pytest.mark.parametrize("compression_type", ["producer", "same"])
+def test_a_compressed_batch_kept_as_sent_names_every_record_whose_offset_delta_is_out_of_place(
+    open_log: LogFactory, codec: Compression, deltas: list[int], indexes: list[int], compression_type: str,
+) -> None:
+    topic_codec = codec.name.lower() if compression_type == "same" else "producer"
+    log = open_log(LogConfig(compression_type=topic_codec))
+    with pytest.raises(RecordValidationError) as err:
+        log.append_as_leader(batch_with_offset_deltas(deltas, codec), leader_epoch=0, now_ms=NOW)
+    assert err.value.code is ErrorCode.INVALID_RECORD
+    assert err.value.record_errors == tuple(
+        (i, f"offset delta {deltas[i]} where {i} was expected: the records of a compressed batch must have "
+            "offset deltas 0, 1, 2...") for i in indexes)
+    assert log.log_end_offset == 0
+    log.append_as_leader(batch_with_offset_deltas([0, 1, 2], codec), leader_epoch=0, now_ms=NOW)  # in order: kept
+    assert log.log_end_offset == 3
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, *COMPRESSED])
+def test_a_batch_recompressed_for_the_topic_has_its_records_renumbered_in_order(
+    open_log: LogFactory, codec: Compression,
+) -> None:
+    target = Compression.ZSTD if codec is Compression.GZIP else Compression.GZIP
+    log = open_log(LogConfig(compression_type=target.name.lower()))
+    log.append_as_leader(make_batch(2), leader_epoch=0, now_ms=NOW)
+    info = log.append_as_leader(batch_with_offset_deltas([1, 1, 5, 2], codec), leader_epoch=0, now_ms=NOW)
+    assert (info.first_offset, info.last_offset) == (2, 5)
+    stored = log.read(2, 1 << 20).read_bytes()
+    [(header, _)] = list(iter_batches(stored))
+    assert header.compression is target
+    assert [(r.offset, r.key) for r in decode_records(stored)] == [(2, b"k0"), (3, b"k1"), (4, b"k2"), (5, b"k3")]
+
+
+def test_an_uncompressed_batch_kept_uncompressed_is_stored_with_the_offset_deltas_it_was_sent_with(
+    open_log: LogFactory,
+) -> None:
+    # Kafka reads no offset delta of such a batch: its records come back as sent.
+    log = open_log()
+    log.append_as_leader(batch_with_offset_deltas([0, 2, 1, 3], Compression.NONE), leader_epoch=0, now_ms=NOW)
+    assert [r.offset for r in decode_records(log.read(0, 1 << 20).read_bytes())] == [0, 2, 1, 3]
+
+
+def test_keyless_records_of_a_compacted_topic_are_named_before_offsets_out_of_place(open_log: LogFactory) -> None:
+    # Kafka fails the records' own checks first; the offsets matter only when every record passes them.
+    log = open_log(LogConfig(cleanup_policy=("compact",)))
+    with pytest.raises(RecordValidationError) as err:
+        log.append_as_leader(batch_with_offset_deltas([0, 2, 1], Compression.LZ4, [b"a", None, b"c"]),
+                             leader_epoch=0, now_ms=NOW)
+    assert [index for index, _ in err.value.record_errors] == [1]
+    with pytest.raises(RecordValidationError) as err:
+        log.append_as_leader(batch_with_offset_deltas([0, 2, 1], Compression.LZ4), leader_epoch=0, now_ms=NOW)
+    assert [index for index, _ in err.value.record_errors] == [1, 2]
     assert log.log_end_offset == 0
 
 
