@@ -1,9 +1,12 @@
 """``offsets = "preserve"``: copy whole batches so every record keeps its source offset.
 
 The destination must be tidelog: records are written with MirrorProduce (tidelog's API key 32001,
-``protocol/mirror_produce.py``), which appends batches at the offsets they carry. ``start`` asks one
-destination broker for its ApiVersions and refuses to run, naming the broker, when the key is not
-there (Apache Kafka has no such write path). Destination topics are created marked
+``protocol/mirror_produce.py``), which appends batches at the offsets they carry. ``start`` first
+reaches a bootstrap broker of each side over the side's own protocol (wire.py: TLS, SASL PLAIN/SCRAM
+from the ``[source]``/``[destination]`` settings), so a refused password or certificate stops the
+link at once with the broker and the user named; then it refuses to run, naming the broker, when
+the destination's ApiVersions lacks the key (Apache Kafka has no such write path). Nothing is
+created on the destination before that check. Destination topics are created marked
 ``mirror.source=<link>`` (topics.py), so nothing but this link writes them.
 
 The loop, one asyncio task per round:
@@ -46,18 +49,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
-from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.list_offsets.v5.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
+from tidelog.clients.security import SaslAuthenticationError
 from tidelog.clients.transactional import shared_settings
+from tidelog.common.errors import ConfigError
 from tidelog.mirror.batches import ready
 from tidelog.mirror.config import MirrorConfig
 from tidelog.mirror.metrics import MirrorMetrics
 from tidelog.mirror.topics import TIMEOUT_S, LinkError, TopicSync
-from tidelog.net.kafka_connection import BrokerUnreachable, KafkaConnection
+from tidelog.mirror.wire import NotReached, Side, Wire, bootstrap_addresses, leader_of
+from tidelog.net.kafka_connection import BrokerUnreachable
 from tidelog.protocol.mirror_produce import (
     MIRROR_PRODUCE_KEY,
     MirrorPartitionData,
@@ -70,6 +75,7 @@ Key = tuple[str, int]  # source topic, partition
 Address = tuple[str, int]
 Item = tuple["PartitionCopy", bytes | None, int]  # a partition, its batches (None: ask the log end), records
 RETRY_S = 0.5
+AUTH_RETRY_S = 5.0
 FETCH_WAIT = i32Timedelta.parse(datetime.timedelta(milliseconds=200))
 PARTITION_MAX_BYTES = 1 << 20
 PRODUCE_TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=30))
@@ -106,45 +112,51 @@ class PreservingMirror:
         self.sync = TopicSync(config, self.source_admin, self.dest_admin)
         self.joined = threading.Event()  # readiness: set once the destination was checked and topics synced
         self.partitions: dict[Key, PartitionCopy] = {}
-        self._connections: dict[tuple[str, Address], tuple[KafkaConnection, asyncio.Lock]] = {}
+        self.wire = Wire(config, timeout_s=TIMEOUT_S)
         self._stale = True  # metadata must be read again
 
     # ---- start ----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._check_destination()
+        self._check()
         self._refresh()
         self.joined.set()
         log.info("mirror link %s (offsets preserved): %d partitions of %d topics", self.config.name,
                  len(self.partitions), len({k[0] for k in self.partitions}))
 
-    def _check_destination(self) -> None:
-        brokers = self.dest_admin.list_topics(timeout=TIMEOUT_S).brokers
-        if not brokers:
-            raise LinkError("the destination cluster lists no brokers")
-        broker = next(iter(brokers.values()))
-        host, port = str(broker.host), int(broker.port)
+    def _check(self) -> None:
+        """Each side reached over its own protocol (a refused password or certificate fails here,
+        named), and the destination asked whether it serves MirrorProduce."""
 
         async def ask() -> Any:
-            connection = KafkaConnection(host, port, self._client_id(), timeout_s=TIMEOUT_S)
             try:
-                return await connection.call(ApiVersionsRequest(client_software_name="tidelog-mirror",
-                                                                client_software_version="1"))
+                await self._first_answer("source")
+                return await self._first_answer("destination")
             finally:
-                connection.close()
+                await self.wire.close()
 
-        try:
-            answer = asyncio.run(ask())
-        except BrokerUnreachable as exc:
-            raise LinkError(f"cannot ask the destination for its API versions: {exc}") from None
+        answer, (host, port) = asyncio.run(ask())
         if not any(key.api_key == MIRROR_PRODUCE_KEY for key in answer.api_keys):
             raise LinkError(
                 f"link.offsets = \"preserve\" needs a tidelog destination: the broker at {host}:{port} "
                 f"does not serve MirrorProduce (API key {MIRROR_PRODUCE_KEY}), which writes records at their "
                 "source offsets; Apache Kafka has no such write path. Use offsets = \"translate\" for it.")
 
-    def _client_id(self) -> str:
-        return f"tidelog-mirror.{self.config.name}"
+    async def _first_answer(self, side: Side) -> tuple[Any, Address]:
+        """ApiVersions from the first bootstrap server of ``side`` that answers; LinkError at once for a
+        refused authentication, or listing every failure when none answers."""
+        settings = self.config.source if side == "source" else self.config.destination
+        failures: list[str] = []
+        try:
+            addresses = bootstrap_addresses(settings)
+        except ConfigError as exc:
+            raise LinkError(f"{side}.{exc}") from None
+        for address in addresses:
+            try:
+                return await self.wire.check(side, address), address
+            except NotReached as exc:
+                failures.append(str(exc))
+        raise LinkError("; ".join(failures) or f"{side}.bootstrap.servers: no HOST:PORT")
 
     def _refresh(self) -> None:
         """Topics brought in step (topics.py), then both clusters' leaders read (blocking admin calls)."""
@@ -156,8 +168,8 @@ class PreservingMirror:
             for partition in range(count):
                 key = (topic, partition)
                 copy = self.partitions.get(key) or self.partitions.setdefault(key, PartitionCopy(topic, partition, target))
-                copy.source_leader = _leader(source, topic, partition)
-                dest_leader = _leader(dest, target, partition)
+                copy.source_leader = leader_of(source, topic, partition)
+                dest_leader = leader_of(dest, target, partition)
                 if dest_leader != copy.dest_leader:
                     copy.position = -1  # a new leader: ask it where its log ends
                 copy.dest_leader = dest_leader
@@ -185,8 +197,7 @@ class PreservingMirror:
                 await self._round()
                 self._observe()
         finally:
-            for connection, _ in self._connections.values():
-                connection.close()
+            await self.wire.close()
 
     def _live(self) -> list[PartitionCopy]:
         return [p for p in self.partitions.values() if not p.stopped and p.source_leader and p.dest_leader]
@@ -320,22 +331,21 @@ class PreservingMirror:
         if any(copy.position < 0 for copy, _, _ in items):
             await asyncio.sleep(RETRY_S)
 
-    async def _call(self, side: str, address: Address, request: Any, timeout_s: float | None = None) -> Any:
+    async def _call(self, side: Side, address: Address, request: Any, timeout_s: float | None = None) -> Any:
         """One request on this process's connection to ``address`` (None, after a back-off, if it failed)."""
-        entry = self._connections.get((side, address))
-        if entry is None:
-            entry = self._connections[(side, address)] = (
-                KafkaConnection(address[0], address[1], self._client_id(), timeout_s=TIMEOUT_S), asyncio.Lock())
-        connection, lock = entry
         try:
-            async with lock:
-                return await connection.call(request, timeout_s=timeout_s)
+            return await self.wire.call(side, address, request, timeout_s)
         except BrokerUnreachable as exc:
             self.metrics.errors.inc((side,))
             log.warning("%s broker %s:%d: %s", side, address[0], address[1], exc)
             self._stale = True
             await asyncio.sleep(RETRY_S)
-            return None
+        except SaslAuthenticationError as exc:  # credentials changed under a running link: retried, slowly
+            self.metrics.errors.inc((side,))
+            log.error("%s broker %s:%d: %s", side, address[0], address[1], exc)
+            self._stale = True
+            await asyncio.sleep(AUTH_RETRY_S)
+        return None
 
     def _observe(self) -> None:
         now = time.monotonic()
@@ -350,11 +360,3 @@ class PreservingMirror:
     def close(self) -> None:
         """Nothing to commit or release: the destination holds the position."""
 
-
-def _leader(metadata: Any, topic: str, partition: int) -> Address | None:
-    described = metadata.topics.get(topic)
-    if described is None or described.error is not None or partition not in described.partitions:
-        return None
-    leader = described.partitions[partition].leader
-    broker = metadata.brokers.get(leader)
-    return None if broker is None else (broker.host, broker.port)

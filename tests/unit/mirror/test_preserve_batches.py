@@ -67,8 +67,25 @@ def test_preserve_mode_creates_destination_topics_marked_for_its_link_only() -> 
 @pytest.mark.parametrize(("doc", "message"), [
     (document(offsets="keep"), "link.offsets: expected translate or preserve"),
     ({**document(offsets="preserve"), "source": {"bootstrap.servers": "a:9093", "security.protocol": "SASL_SSL"}},
-     "source.security.protocol: SASL_SSL is not supported"),
+     r"source.sasl.mechanism='GSSAPI' is not supported by tidelog's own connections"),
+    ({**document(offsets="preserve"), "destination": {"bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL",
+                                                      "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "mirror"}},
+     "destination.sasl.password is required"),
+    ({**document(offsets="preserve"), "destination": {"bootstrap.servers": "b:9093", "security.protocol": "SSL",
+                                                      "ssl.ca.location": "/nonexistent/ca.pem"}},
+     "destination.ssl.ca.location=/nonexistent/ca.pem"),
+    ({**document(offsets="preserve"), "source": {"bootstrap.servers": "a:9093", "security.protocol": "TLS"}},
+     "source.security.protocol='TLS' must be one of"),
 ])
 def test_preserve_mode_settings_are_checked_before_anything_starts(doc: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(doc)
+
+
+def test_preserve_mode_accepts_the_security_settings_its_own_connections_speak() -> None:
+    secured = {"bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+               "sasl.username": "mirror", "sasl.password": "s3cret"}
+    config = parse_config({**document(offsets="preserve"), "destination": secured,
+                           "source": {"bootstrap.servers": "a:9093", "security.protocol": "SASL_PLAINTEXT",
+                                      "sasl.mechanism": "PLAIN", "sasl.username": "m", "sasl.password": "p"}})
+    assert config.destination["sasl.mechanism"] == "SCRAM-SHA-256"
