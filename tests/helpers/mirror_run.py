@@ -27,12 +27,14 @@ Record = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...],
 
 def write_config(path: Path, *, name: str, source: str, destination: str, include: Iterable[str],
                  rename: str = "{topic}", link: Mapping[str, object] | None = None,
-                 destination_extra: Mapping[str, str] | None = None) -> Path:
+                 destination_extra: Mapping[str, str] | None = None,
+                 source_extra: Mapping[str, str] | None = None) -> Path:
     settings = {"name": name, "shards": 8, "transaction.interval.ms": 200, "metadata.refresh.ms": 1000,
                 "session.timeout.ms": 3000, "transaction.timeout.ms": 10000, **(link or {})}
     lines = ["[link]"] + [f'"{k}" = {_toml(v)}' for k, v in settings.items()]
     lines += ["[topics]", f"include = {_toml(list(include))}", f"rename = {_toml(rename)}"]
     lines += ["[source]", f'"bootstrap.servers" = "{source}"']
+    lines += [f'"{k}" = {_toml(v)}' for k, v in (source_extra or {}).items()]
     lines += ["[destination]", f'"bootstrap.servers" = "{destination}"']
     lines += [f'"{k}" = {_toml(v)}' for k, v in (destination_extra or {}).items()]
     path.write_text("\n".join(lines) + "\n")

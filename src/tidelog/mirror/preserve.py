@@ -56,12 +56,11 @@ from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
 from tidelog.clients.security import SaslAuthenticationError
 from tidelog.clients.transactional import shared_settings
-from tidelog.common.errors import ConfigError
 from tidelog.mirror.batches import ready
 from tidelog.mirror.config import MirrorConfig
 from tidelog.mirror.metrics import MirrorMetrics
 from tidelog.mirror.topics import TIMEOUT_S, LinkError, TopicSync
-from tidelog.mirror.wire import NotReached, Side, Wire, bootstrap_addresses, leader_of
+from tidelog.mirror.wire import Side, Wire, leader_of
 from tidelog.net.kafka_connection import BrokerUnreachable
 from tidelog.protocol.mirror_produce import (
     MIRROR_PRODUCE_KEY,
@@ -130,8 +129,8 @@ class PreservingMirror:
 
         async def ask() -> Any:
             try:
-                await self._first_answer("source")
-                return await self._first_answer("destination")
+                await self.wire.reach("source")
+                return await self.wire.reach("destination")
             finally:
                 await self.wire.close()
 
@@ -141,22 +140,6 @@ class PreservingMirror:
                 f"link.offsets = \"preserve\" needs a tidelog destination: the broker at {host}:{port} "
                 f"does not serve MirrorProduce (API key {MIRROR_PRODUCE_KEY}), which writes records at their "
                 "source offsets; Apache Kafka has no such write path. Use offsets = \"translate\" for it.")
-
-    async def _first_answer(self, side: Side) -> tuple[Any, Address]:
-        """ApiVersions from the first bootstrap server of ``side`` that answers; LinkError at once for a
-        refused authentication, or listing every failure when none answers."""
-        settings = self.config.source if side == "source" else self.config.destination
-        failures: list[str] = []
-        try:
-            addresses = bootstrap_addresses(settings)
-        except ConfigError as exc:
-            raise LinkError(f"{side}.{exc}") from None
-        for address in addresses:
-            try:
-                return await self.wire.check(side, address), address
-            except NotReached as exc:
-                failures.append(str(exc))
-        raise LinkError("; ".join(failures) or f"{side}.bootstrap.servers: no HOST:PORT")
 
     def _refresh(self) -> None:
         """Topics brought in step (topics.py), then both clusters' leaders read (blocking admin calls)."""

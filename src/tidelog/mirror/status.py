@@ -144,6 +144,8 @@ class PreservedStatus:
 
 
 def preserved_status(config: MirrorConfig) -> list[PreservedStatus]:
+    wire = Wire(config, timeout_s=TIMEOUT_S)
+    asyncio.run(_reach_both(wire))  # a refused password or certificate: said now, not as a librdkafka timeout
     source_settings, dest_settings = shared_settings(config.source), shared_settings(config.destination)
     dest_admin = AdminClient(dest_settings)
     sync = TopicSync(config, AdminClient(source_settings), dest_admin)
@@ -161,7 +163,7 @@ def preserved_status(config: MirrorConfig) -> list[PreservedStatus]:
                              else "no leader on the destination")
         else:
             by_leader.setdefault(leader, []).append(target)
-    probed = asyncio.run(_probe(Wire(config, timeout_s=TIMEOUT_S), by_leader, notes))
+    probed = asyncio.run(_probe(wire, by_leader, notes))
     rows = []
     for key in keys:
         target = targets[key]
@@ -174,6 +176,14 @@ def preserved_status(config: MirrorConfig) -> list[PreservedStatus]:
             found.log_start if found is not None and found.error_code == 0 else -1,
             found.log_end if found is not None and found.error_code == 0 else -1, note))
     return rows
+
+
+async def _reach_both(wire: Wire) -> None:
+    try:
+        await wire.reach("source")
+        await wire.reach("destination")
+    finally:
+        await wire.close()
 
 
 async def _probe(wire: Wire, by_leader: dict[Address, list[tuple[str, int]]],

@@ -115,6 +115,22 @@ class Wire:
         finally:
             await connection.aclose()
 
+    async def reach(self, side: Side) -> tuple[Any, Address]:
+        """ApiVersions from the first bootstrap server of ``side`` that answers (``check``); LinkError at
+        once for a refused authentication, or listing every failure when none answers."""
+        settings = self.config.source if side == "source" else self.config.destination
+        try:
+            addresses = bootstrap_addresses(settings)
+        except ConfigError as exc:
+            raise LinkError(f"{side}.{exc}") from None
+        failures: list[str] = []
+        for address in addresses:
+            try:
+                return await self.check(side, address), address
+            except NotReached as exc:
+                failures.append(str(exc))
+        raise LinkError("; ".join(failures) or f"{side}.bootstrap.servers: no HOST:PORT")
+
     async def log_ends(self, leader: Address, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], LogEnd]:
         """Probe destination ``partitions`` (topic, partition) led by ``leader``; nothing is written."""
         by_topic: dict[str, list[int]] = {}
