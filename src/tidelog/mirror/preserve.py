@@ -59,11 +59,10 @@ from tidelog.clients.transactional import shared_settings
 from tidelog.mirror.batches import ready
 from tidelog.mirror.config import MirrorConfig
 from tidelog.mirror.metrics import MirrorMetrics
-from tidelog.mirror.topics import TIMEOUT_S, LinkError, TopicSync
-from tidelog.mirror.wire import Side, Wire, leader_of
+from tidelog.mirror.topics import TIMEOUT_S, TopicSync
+from tidelog.mirror.wire import Side, Wire, leader_of, require_mirror_produce
 from tidelog.net.kafka_connection import BrokerUnreachable
 from tidelog.protocol.mirror_produce import (
-    MIRROR_PRODUCE_KEY,
     MirrorPartitionData,
     MirrorProduceRequest,
     MirrorTopicData,
@@ -134,12 +133,7 @@ class PreservingMirror:
             finally:
                 await self.wire.close()
 
-        answer, (host, port) = asyncio.run(ask())
-        if not any(key.api_key == MIRROR_PRODUCE_KEY for key in answer.api_keys):
-            raise LinkError(
-                f"link.offsets = \"preserve\" needs a tidelog destination: the broker at {host}:{port} "
-                f"does not serve MirrorProduce (API key {MIRROR_PRODUCE_KEY}), which writes records at their "
-                "source offsets; Apache Kafka has no such write path. Use offsets = \"translate\" for it.")
+        require_mirror_produce(*asyncio.run(ask()))
 
     def _refresh(self) -> None:
         """Topics brought in step (topics.py), then both clusters' leaders read (blocking admin calls)."""

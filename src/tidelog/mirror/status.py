@@ -30,7 +30,7 @@ from tidelog.clients.transactional import read_to_end, shared_settings
 from tidelog.mirror.config import MirrorConfig
 from tidelog.mirror.position import Checkpoint, shard_of
 from tidelog.mirror.topics import TIMEOUT_S, LinkError, TopicSync
-from tidelog.mirror.wire import Address, LogEnd, Wire, leader_of
+from tidelog.mirror.wire import Address, LogEnd, Wire, leader_of, require_mirror_produce
 from tidelog.net.kafka_connection import BrokerUnreachable
 
 
@@ -181,7 +181,7 @@ def preserved_status(config: MirrorConfig) -> list[PreservedStatus]:
 async def _reach_both(wire: Wire) -> None:
     try:
         await wire.reach("source")
-        await wire.reach("destination")
+        require_mirror_produce(*await wire.reach("destination"))
     finally:
         await wire.close()
 

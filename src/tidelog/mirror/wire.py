@@ -35,7 +35,12 @@ from tidelog.common.errors import ConfigError
 from tidelog.mirror.config import MirrorConfig
 from tidelog.mirror.topics import LinkError
 from tidelog.net.kafka_connection import BrokerUnreachable, KafkaConnection
-from tidelog.protocol.mirror_produce import MirrorPartitionData, MirrorProduceRequest, MirrorTopicData
+from tidelog.protocol.mirror_produce import (
+    MIRROR_PRODUCE_KEY,
+    MirrorPartitionData,
+    MirrorProduceRequest,
+    MirrorTopicData,
+)
 
 Side = Literal["source", "destination"]
 Address = tuple[str, int]
@@ -61,6 +66,15 @@ def bootstrap_addresses(settings: Mapping[str, Any]) -> list[Address]:
             raise ConfigError(f"bootstrap.servers: {entry.strip()!r} is not HOST:PORT")
         out.append((host.strip("[]"), int(port)))
     return out
+
+
+def require_mirror_produce(api_versions: Any, address: Address) -> None:
+    """LinkError unless the destination broker that gave ``api_versions`` serves MirrorProduce."""
+    if not any(int(key.api_key) == MIRROR_PRODUCE_KEY for key in api_versions.api_keys):
+        raise LinkError(
+            f"link.offsets = \"preserve\" needs a tidelog destination: the broker at {address[0]}:{address[1]} "
+            f"does not serve MirrorProduce (API key {MIRROR_PRODUCE_KEY}), which writes records at their "
+            "source offsets; Apache Kafka has no such write path. Use offsets = \"translate\" for it.")
 
 
 @dataclass(frozen=True)
