@@ -17,8 +17,10 @@ The loop, one asyncio task per round:
    on the mirror's side, and no checkpoint or link topic is needed.
 2. **Read raw batches.** One Fetch (v12, read_uncommitted, so up to the source's high watermark, control
    batches and aborted data included) per source leader for all the partitions it leads, from each
-   partition's position; ``link.budget.bytes`` bounds each round's answers together (split across
-   the source leaders), so memory does not grow with the partition count.
+   partition's position. ``link.budget.bytes`` is shared fairly by the partitions with a backlog
+   (budget.py ``fetch_plan``: a share per partition, each leader's request sized by its busy
+   partitions, partitions asked least recently served first), so one round holds about the budget
+   whatever the partition count, and a hot partition cannot keep the others waiting.
 3. **Write them at their offsets** with MirrorProduce, acks=-1, one request per destination leader
    (batches.py keeps the whole batches at or past the position, trimming one that straddles it).
 
@@ -57,6 +59,7 @@ from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 from tidelog.clients.security import SaslAuthenticationError
 from tidelog.clients.transactional import shared_settings
 from tidelog.mirror.batches import ready
+from tidelog.mirror.budget import LeaderFetch, fetch_plan
 from tidelog.mirror.config import MirrorConfig
 from tidelog.mirror.metrics import MirrorMetrics
 from tidelog.mirror.topics import TIMEOUT_S, TopicSync
@@ -75,7 +78,6 @@ Item = tuple["PartitionCopy", bytes | None, int]  # a partition, its batches (No
 RETRY_S = 0.5
 AUTH_RETRY_S = 5.0
 FETCH_WAIT = i32Timedelta.parse(datetime.timedelta(milliseconds=200))
-PARTITION_MAX_BYTES = 1 << 20
 PRODUCE_TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=30))
 NONE, OFFSET_OUT_OF_RANGE = 0, 1
 
@@ -112,6 +114,9 @@ class PreservingMirror:
         self.partitions: dict[Key, PartitionCopy] = {}
         self.wire = Wire(config, timeout_s=TIMEOUT_S)
         self._stale = True  # metadata must be read again
+        self._turn = 0  # fetch rounds so far
+        self._round_bytes = 0
+        self._served: dict[Key, int] = {}  # the round in which a partition last brought batches (budget.py)
 
     # ---- start ----------------------------------------------------------------------------------
 
@@ -188,27 +193,33 @@ class PreservingMirror:
         await asyncio.gather(*(self._write(leader, [(c, None, 0) for c in copies]) for leader, copies in by_leader.items()))
 
     async def _round(self) -> None:
-        by_source: dict[Address, list[PartitionCopy]] = defaultdict(list)
+        by_source: dict[Address, list[Key]] = defaultdict(list)
+        busy: set[Key] = set()
         for copy in self._live():
             if copy.position >= 0:
                 assert copy.source_leader is not None
-                by_source[copy.source_leader].append(copy)
+                by_source[copy.source_leader].append(copy.partition_key)
+                if copy.source_end < 0 or max(copy.position, copy.fetch_from) < copy.source_end:
+                    busy.add(copy.partition_key)
         if not by_source:
             await asyncio.sleep(RETRY_S)
             return
-        share = max(PARTITION_MAX_BYTES, self.config.budget_bytes // len(by_source))
-        await asyncio.gather(*(self._copy_from(leader, copies, share) for leader, copies in by_source.items()))
+        self._turn += 1
+        plan = fetch_plan(self.config.budget_bytes, by_source, busy, self._served)
+        self._round_bytes = 0
+        await asyncio.gather(*(self._copy_from(leader, fetch) for leader, fetch in plan.items()))
+        self.metrics.budget.set((), self._round_bytes)  # what this round held: fetched, then written
 
-    async def _copy_from(self, leader: Address, copies: list[PartitionCopy], max_bytes: int) -> None:
-        by_topic: dict[str, list[PartitionCopy]] = defaultdict(list)
-        for copy in copies:
-            by_topic[copy.topic].append(copy)
+    async def _copy_from(self, leader: Address, fetch: LeaderFetch) -> None:
+        by_topic: dict[str, list[PartitionCopy]] = {}  # in the plan's order: least recently served first
+        for key in fetch.order:
+            by_topic.setdefault(key[0], []).append(self.partitions[key])
         request = FetchRequest(
-            max_wait=FETCH_WAIT, min_bytes=i32(1), max_bytes=i32(max_bytes), isolation_level=i8(0),
+            max_wait=FETCH_WAIT, min_bytes=i32(1), max_bytes=i32(fetch.max_bytes), isolation_level=i8(0),
             session_id=i32(0), session_epoch=i32(-1), forgotten_topics_data=(), rack_id="",
             topics=tuple(FetchTopic(topic=TopicName(topic), partitions=tuple(
                 FetchPartition(partition=i32(c.partition), fetch_offset=i64(max(c.position, c.fetch_from)),
-                               partition_max_bytes=i32(PARTITION_MAX_BYTES)) for c in group))
+                               partition_max_bytes=i32(fetch.partition_max_bytes)) for c in group))
                 for topic, group in by_topic.items()))
         answer = await self._call("source", leader, request)
         if answer is None:
@@ -233,6 +244,8 @@ class PreservingMirror:
                 copy.source_end, copy.source_start = data.high_watermark, data.log_start_offset
                 batches = ready(data.records, copy.position)
                 if batches.batches:
+                    self._served[copy.partition_key] = self._turn
+                    self._round_bytes += len(batches.records)
                     writes[dest].append((copy, batches.records, batches.record_count))
                     if batches.trimmed:
                         log.info("%s-%d: %d batch(es) rebuilt from offset %d (the source was compacted since)",
