@@ -94,7 +94,8 @@ def test_preserve_mode_copies_an_apache_kafka_source_at_its_offsets(
     topic = create_topic(kafka, f"keep-from-kafka-{uuid.uuid4().hex[:8]}", 2)
     produce_mixed(kafka, topic, 2, 600, abort_every=3)
     config = write_config(tmp_path / "keep.toml", name=f"keep-{uuid.uuid4().hex[:6]}", source=kafka,
-                          destination=tidelog_broker.bootstrap, include=[topic], link={"offsets": "preserve"})
+                          destination=tidelog_broker.bootstrap, include=[topic],
+                          link={"offsets": "preserve", "session.timeout.ms": 6000})
     ends = high_watermarks(kafka, topic, 2)
 
     def copied() -> bool:

@@ -3,7 +3,7 @@
 Two tidelog brokers with SASL_SSL listeners (a throw-away CA, unit/security/pki.py). The source knows
 the mirror as a SCRAM-SHA-512 user; the destination as a PLAIN user with only the ACLs docs/mirror.md
 lists for this mode (Create on the cluster; Describe, DescribeConfigs, AlterConfigs and Alter on the
-mirrored topics). Each broker's PLAINTEXT listener is the tests' administration port (its ANONYMOUS a
+mirrored topics; Describe and Read on the link topic and the link group). Each broker's PLAINTEXT listener is the tests' administration port (its ANONYMOUS a
 super user there). The mirror only gets the SASL_SSL addresses, so its raw Fetch and MirrorProduce
 requests travel over TLS after the SASL exchange, and are authorised as the mirror's principal.
 
@@ -72,7 +72,7 @@ class Secured:
 def sasl_ssl_broker(workdir: Path, pki: Pki, overrides: dict[str, object]) -> tuple[BrokerProcess, str]:
     broker = BrokerProcess(workdir, {
         "ssl.keystore.location": pki.server().bundle, "auto.create.topics.enable": "false",
-        "group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 1,
+        "group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 500, "offsets.topic.num.partitions": 1,
         "connection.failed.authentication.delay.ms": 0, "connection.failed.authentication.backoff.max.ms": 0,
         **overrides})
     port = free_port()
@@ -89,7 +89,11 @@ def mirror_acls(principal: str) -> list[AclBinding]:
     topics = [AclBinding(ResourceType.TOPIC, PREFIX, ResourcePatternType.PREFIXED, principal, "*", op, allow)
               for op in (AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
                          AclOperation.ALTER)]
-    return cluster + topics
+    link = [AclBinding(ResourceType.TOPIC, "__tidelog_mirror.", ResourcePatternType.PREFIXED, principal, "*", op, allow)
+            for op in (AclOperation.DESCRIBE, AclOperation.READ)]
+    group = [AclBinding(ResourceType.GROUP, "tidelog-mirror.", ResourcePatternType.PREFIXED, principal, "*", op, allow)
+             for op in (AclOperation.DESCRIBE, AclOperation.READ)]
+    return cluster + topics + link + group
 
 
 @pytest.fixture(scope="module")
@@ -187,9 +191,9 @@ def test_preserve_mode_mirrors_over_sasl_ssl_and_status_reads_the_destination_lo
     text = run_cli(capsys, "mirror", "status", "--config", str(config))
     assert text.code == 0, text.err
     assert text.out.splitlines()[0].endswith(f"(offsets preserved): {PARTITIONS} partitions, total lag 7 offsets")
-    assert text.out.splitlines()[1].split() == ["TOPIC", "PARTITION", "DESTINATION", "SOURCE-START", "SOURCE-END",
-                                                "DEST-START", "DEST-END", "LAG", "NOTE"]
-    assert text.out.splitlines()[2].split()[4:] == [str(ends[0] + 7), "0", str(ends[0]), "7"]
+    assert text.out.splitlines()[1].split() == ["TOPIC", "PARTITION", "DESTINATION", "SHARD", "SOURCE-START",
+                                                "SOURCE-END", "DEST-START", "DEST-END", "LAG", "OWNER", "NOTE"]
+    assert text.out.splitlines()[2].split()[5:] == [str(ends[0] + 7), "0", str(ends[0]), "7", "-"]
 
 
 def test_a_refused_password_stops_the_link_at_start_naming_the_user(

@@ -134,10 +134,11 @@ def _preserved_status(config: MirrorConfig, as_json: bool) -> int:
         return 0
     print(f"link {config.name} (offsets preserved): {len(rows)} partitions, "
           f"total lag {sum(r.lag for r in rows)} offsets")
-    header = ("TOPIC", "PARTITION", "DESTINATION", "SOURCE-START", "SOURCE-END", "DEST-START", "DEST-END", "LAG",
-              "NOTE")
-    _table([header] + [(r.topic, str(r.partition), r.destination, str(r.source_start), str(r.source_end),
-                        _offset(r.destination_start), _offset(r.destination_end), str(r.lag), r.note) for r in rows])
+    header = ("TOPIC", "PARTITION", "DESTINATION", "SHARD", "SOURCE-START", "SOURCE-END", "DEST-START", "DEST-END",
+              "LAG", "OWNER", "NOTE")
+    _table([header] + [(r.topic, str(r.partition), r.destination, str(r.shard), str(r.source_start),
+                        str(r.source_end), _offset(r.destination_start), _offset(r.destination_end), str(r.lag),
+                        r.owner, r.note) for r in rows])
     return 0
 
 

@@ -14,7 +14,7 @@ The loop, one asyncio task per round:
 1. **Position = the destination's log end offset.** Each partition's position is asked of its
    destination leader (MirrorProduce with null records) at start, after any error on it, and after
    a leadership change; it is then carried forward from each MirrorProduce answer. Nothing is kept
-   on the mirror's side, and no checkpoint or link topic is needed.
+   on the mirror's side and no checkpoint is written.
 2. **Read raw batches.** One Fetch (v12, read_uncommitted, so up to the source's high watermark, control
    batches and aborted data included) per source leader for all the partitions it leads, from each
    partition's position. ``link.budget.bytes`` is shared fairly by the partitions with a backlog
@@ -31,6 +31,15 @@ same partition, never write a record twice, and since the position never moves a
 destination's end (an acks=-1 answer means every in-sync replica has the batch), there is no gap
 that the source does not have: offsets left out on the destination are exactly those compaction,
 retention or the log start took away on the source.
+
+Work split: as in the transactional mode, the processes of a link are members of the consumer group
+``tidelog-mirror.<link>`` on the destination, subscribed to the link topic ``__tidelog_mirror.<link>``
+(one partition per shard, ``link.shards``); the group's assignment is the set of shards a process
+copies, a source partition belonging to shard ``crc32("topic|partition") mod shards``. A dead
+process's shards move after ``link.session.timeout.ms``. Nothing is read from or written to the link
+topic in this mode and no fencing is needed: a taken shard's positions are asked again of the
+destination, and while a rebalance lets two processes copy one partition, the second write of a
+batch lies below the destination's end and is acknowledged without being written.
 
 Errors: a source partition whose log start passed the position (retention) continues from the
 source's log start (the destination keeps a gap, as the source does). A destination that is ahead
@@ -50,6 +59,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.list_offsets.v5.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
@@ -62,7 +72,8 @@ from tidelog.mirror.batches import ready
 from tidelog.mirror.budget import LeaderFetch, fetch_plan
 from tidelog.mirror.config import MirrorConfig
 from tidelog.mirror.metrics import MirrorMetrics
-from tidelog.mirror.topics import TIMEOUT_S, TopicSync
+from tidelog.mirror.position import shard_of
+from tidelog.mirror.topics import TIMEOUT_S, TopicSync, ensure_link_topic, link_group_member
 from tidelog.mirror.wire import Side, Wire, leader_of, require_mirror_produce
 from tidelog.net.kafka_connection import BrokerUnreachable
 from tidelog.protocol.mirror_produce import (
@@ -110,7 +121,10 @@ class PreservingMirror:
         self.source_admin = AdminClient(shared_settings(config.source))
         self.dest_admin = AdminClient(shared_settings(config.destination))
         self.sync = TopicSync(config, self.source_admin, self.dest_admin)
-        self.joined = threading.Event()  # readiness: set once the destination was checked and topics synced
+        self.joined = threading.Event()  # readiness: set once the link group gave this process its shards
+        self.group: Consumer | None = None
+        self.owned: set[int] = set()  # shards (link topic partitions) the group gives this process
+        self._group_error = ""
         self.partitions: dict[Key, PartitionCopy] = {}
         self.wire = Wire(config, timeout_s=TIMEOUT_S)
         self._stale = True  # metadata must be read again
@@ -123,9 +137,53 @@ class PreservingMirror:
     def start(self) -> None:
         self._check()
         self._refresh()
+        ensure_link_topic(self.config, self.dest_admin)
+        self.group = link_group_member(self.config)
+        self.group.subscribe([self.config.link_topic], on_assign=self._assigned, on_revoke=self._revoked,
+                             on_lost=self._revoked)
+        log.info("mirror link %s (offsets preserved): %d partitions of %d topics, %d shards, budget %d bytes",
+                 self.config.name, len(self.partitions), len({k[0] for k in self.partitions}), self.config.shards,
+                 self.config.budget_bytes)
+
+    # ---- shards come and go (the link group on the destination) ---------------------------------
+
+    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        consumer.incremental_assign(partitions)
+        if partitions:
+            consumer.pause(partitions)  # the link topic is only the group's subject here; nothing is read
+        for tp in partitions:
+            self.owned.add(tp.partition)
+            mine = [c for c in self.partitions.values() if self._shard(c) == tp.partition]
+            for copy in mine:
+                copy.position = -1  # another process may have moved the destination: ask it
+            log.info("shard %d taken: %d partitions", tp.partition, len(mine))
+        self.metrics.shards.set((), len(self.owned))
         self.joined.set()
-        log.info("mirror link %s (offsets preserved): %d partitions of %d topics", self.config.name,
-                 len(self.partitions), len({k[0] for k in self.partitions}))
+
+    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self.owned.discard(tp.partition)
+            log.info("shard %d released", tp.partition)
+        consumer.incremental_unassign(partitions)
+        self.metrics.shards.set((), len(self.owned))
+
+    def _shard(self, copy: PartitionCopy) -> int:
+        return shard_of(copy.topic, copy.partition, self.config.shards)
+
+    def _poll_group(self) -> None:
+        assert self.group is not None
+        try:
+            message = self.group.poll(0)
+            error = message.error() if message is not None else None
+        except KafkaException as exc:
+            error = exc.args[0]
+        if error is not None:
+            self.metrics.errors.inc(("group",))
+            if error.str() != self._group_error:
+                log.warning("link group %s: %s", self.config.group_id, error.str())
+            self._group_error = error.str()
+        else:
+            self._group_error = ""
 
     def _check(self) -> None:
         """Each side reached over its own protocol (a refused password or certificate fails here,
@@ -160,7 +218,10 @@ class PreservingMirror:
     # ---- the loop -------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        asyncio.run(self._main(stop))
+        try:
+            asyncio.run(self._main(stop))
+        finally:
+            self.close()
 
     async def _main(self, stop: threading.Event) -> None:
         loop = asyncio.get_running_loop()
@@ -175,6 +236,7 @@ class PreservingMirror:
                         log.warning("metadata refresh failed: %s", exc)
                         await asyncio.sleep(RETRY_S)
                     refresh_at = time.monotonic() + self.config.metadata_refresh_ms / 1000
+                self._poll_group()
                 await self._ask_positions()
                 await self._round()
                 self._observe()
@@ -182,7 +244,9 @@ class PreservingMirror:
             await self.wire.close()
 
     def _live(self) -> list[PartitionCopy]:
-        return [p for p in self.partitions.values() if not p.stopped and p.source_leader and p.dest_leader]
+        """The partitions of this process's shards that can be copied now."""
+        return [p for p in self.partitions.values()
+                if not p.stopped and p.source_leader and p.dest_leader and self._shard(p) in self.owned]
 
     async def _ask_positions(self) -> None:
         unknown = [p for p in self._live() if p.position < 0]
@@ -341,6 +405,11 @@ class PreservingMirror:
         now = time.monotonic()
         for copy in self.partitions.values():
             labels = (copy.topic, str(copy.partition))
+            if self._shard(copy) not in self.owned:  # reported by the process that owns it
+                self.metrics.lag_records.remove(labels)
+                self.metrics.lag_seconds.remove(labels)
+                copy.caught_up_at = 0.0
+                continue
             lag = max(0, copy.source_end - copy.position) if copy.source_end >= 0 and copy.position >= 0 else 0
             if lag == 0 or copy.caught_up_at == 0.0:
                 copy.caught_up_at = now
@@ -348,5 +417,8 @@ class PreservingMirror:
             self.metrics.lag_seconds.set(labels, 0.0 if lag == 0 else now - copy.caught_up_at)
 
     def close(self) -> None:
-        """Nothing to commit or release: the destination holds the position."""
+        """Leave the link group (its shards move at once). Nothing to commit: the destination holds the position."""
+        if self.group is not None:
+            self.group.close()
+            self.group = None
 

@@ -134,6 +134,8 @@ class PreservedStatus:
     source_end: int
     destination_start: int
     destination_end: int  # the link's position: where it goes on copying (-1: unknown, see note)
+    shard: int
+    owner: str  # the link group member copying it ("-": none)
     note: str
 
     @property
@@ -164,9 +166,11 @@ def preserved_status(config: MirrorConfig) -> list[PreservedStatus]:
         else:
             by_leader.setdefault(leader, []).append(target)
     probed = asyncio.run(_probe(wire, by_leader, notes))
+    owned = owners(config)
     rows = []
     for key in keys:
         target = targets[key]
+        shard = shard_of(key[0], key[1], config.shards)
         found = probed.get(target)
         note = notes.get(target, "")
         if found is not None and found.error_code != 0:
@@ -174,7 +178,8 @@ def preserved_status(config: MirrorConfig) -> list[PreservedStatus]:
         rows.append(PreservedStatus(
             key[0], key[1], target[0], starts[key], ends[key],
             found.log_start if found is not None and found.error_code == 0 else -1,
-            found.log_end if found is not None and found.error_code == 0 else -1, note))
+            found.log_end if found is not None and found.error_code == 0 else -1, shard,
+            owned.get(shard, "-"), note))
     return rows
 
 
