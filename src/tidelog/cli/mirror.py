@@ -154,6 +154,10 @@ def _table(rows: Sequence[tuple[str, ...]]) -> None:
 
 def _translate(args: argparse.Namespace) -> int:
     config = _config(args)
+    if config.preserves_offsets:
+        raise CliError(f"link {config.name} preserves offsets (link.offsets = \"preserve\"): a committed offset names "
+                       "the same record on both clusters, so there is nothing to translate; commit the same numbers "
+                       "on the destination")
     try:
         translations = translate_group(config, args.group)
         if args.execute:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from helpers.cli_runner import run_cli
+from helpers.mirror_run import write_config
 from tidelog.common.errors import ConfigError
 from tidelog.mirror.batches import ready
 from tidelog.mirror.config import parse_config
@@ -89,3 +93,12 @@ def test_preserve_mode_accepts_the_security_settings_its_own_connections_speak()
                            "source": {"bootstrap.servers": "a:9093", "security.protocol": "SASL_PLAINTEXT",
                                       "sasl.mechanism": "PLAIN", "sasl.username": "m", "sasl.password": "p"}})
     assert config.destination["sasl.mechanism"] == "SCRAM-SHA-256"
+
+
+def test_translate_offsets_says_a_preserving_link_has_nothing_to_translate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path / "keep.toml", name="east", source="127.0.0.1:1", destination="127.0.0.1:1",
+                          include=["orders"], link={"offsets": "preserve"})
+    run = run_cli(capsys, "mirror", "translate-offsets", "--config", str(config), "--group", "billing")
+    assert run.code == 1
+    assert "link east preserves offsets" in run.err and "nothing to translate" in run.err
