@@ -275,16 +275,20 @@ class PreservingMirror:
         self.metrics.budget.set((), self._round_bytes)  # what this round held: fetched, then written
 
     async def _copy_from(self, leader: Address, fetch: LeaderFetch) -> None:
-        by_topic: dict[str, list[PartitionCopy]] = {}  # in the plan's order: least recently served first
+        # Exactly the plan's order (least recently served first), which the broker fills in: a topic
+        # comes once per run of its partitions in that order, so it may come more than once.
+        runs: list[tuple[str, list[PartitionCopy]]] = []
         for key in fetch.order:
-            by_topic.setdefault(key[0], []).append(self.partitions[key])
+            if not runs or runs[-1][0] != key[0]:
+                runs.append((key[0], []))
+            runs[-1][1].append(self.partitions[key])
         request = FetchRequest(
             max_wait=FETCH_WAIT, min_bytes=i32(1), max_bytes=i32(fetch.max_bytes), isolation_level=i8(0),
             session_id=i32(0), session_epoch=i32(-1), forgotten_topics_data=(), rack_id="",
             topics=tuple(FetchTopic(topic=TopicName(topic), partitions=tuple(
                 FetchPartition(partition=i32(c.partition), fetch_offset=i64(max(c.position, c.fetch_from)),
-                               partition_max_bytes=i32(fetch.partition_max_bytes)) for c in group))
-                for topic, group in by_topic.items()))
+                               partition_max_bytes=i32(fetch.partition_max_bytes)) for c in run))
+                for topic, run in runs))
         answer = await self._call("source", leader, request)
         if answer is None:
             return
