@@ -87,6 +87,10 @@ Key = tuple[str, int]  # source topic, partition
 Address = tuple[str, int]
 Item = tuple["PartitionCopy", bytes | None, int]  # a partition, its batches (None: ask the log end), records
 RETRY_S = 0.5
+# A round's bytes exist up to this many times at once (the Fetch answer's frame and its decoded
+# records, the batches joined for MirrorProduce, the request's encoding): a round fetches
+# budget.bytes // ROUND_COPIES, so that what it holds stays within budget.bytes.
+ROUND_COPIES = 4
 AUTH_RETRY_S = 5.0
 FETCH_WAIT = i32Timedelta.parse(datetime.timedelta(milliseconds=200))
 PRODUCE_TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=30))
@@ -269,7 +273,7 @@ class PreservingMirror:
             await asyncio.sleep(RETRY_S)
             return
         self._turn += 1
-        plan = fetch_plan(self.config.budget_bytes, by_source, busy, self._served)
+        plan = fetch_plan(self.config.budget_bytes // ROUND_COPIES, by_source, busy, self._served)
         self._round_bytes = 0
         await asyncio.gather(*(self._copy_from(leader, fetch) for leader, fetch in plan.items()))
         self.metrics.budget.set((), self._round_bytes)  # what this round held: fetched, then written
@@ -318,6 +322,7 @@ class PreservingMirror:
                     if batches.trimmed:
                         log.info("%s-%d: %d batch(es) rebuilt from offset %d (the source was compacted since)",
                                  copy.topic, copy.partition, batches.trimmed, copy.position)
+        del answer  # its records are copied into ``writes``: not held through the writes
         await asyncio.gather(*(self._write(dest, items) for dest, items in writes.items()))
         if out_of_range:
             await self._out_of_range(leader, out_of_range)
