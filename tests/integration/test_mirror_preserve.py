@@ -262,3 +262,39 @@ def test_two_processes_split_the_shards_and_one_takes_over_a_killed_ones(
         for committed in (True, False):
             assert read_entries(b.bootstrap, topic, p, high, committed) == read_entries(
                 a.bootstrap, topic, p, high, committed), (p, committed)
+
+
+def test_a_hot_partition_does_not_hold_back_a_quiet_one_under_a_small_budget(
+        clusters: tuple[BrokerProcess, BrokerProcess], tmp_path: Path) -> None:
+    a, b = clusters
+    topic = create_topic(a.bootstrap, unique_topic("hot"), 2)
+    producer = Producer({"bootstrap.servers": a.bootstrap, "linger.ms": 20, "batch.size": 262144})
+    value = b"h" * 1024
+    for _ in range(16_000):  # 16 MiB behind on partition 0, which a fetch in partition order would serve first
+        producer.produce(topic, value, partition=0)
+        producer.poll(0)
+    for i in range(50):
+        producer.produce(topic, b"quiet-%d" % i, partition=1)
+    assert producer.flush(60) == 0
+    hot_end, quiet_end = watermarks(a.bootstrap, topic, 0)[1], watermarks(a.bootstrap, topic, 1)[1]
+    # the minimum budget: a round is 256 KiB, so the hot partition needs 64 rounds
+    config = write_config(tmp_path / "link.toml", name=unique_topic("hot"), source=a.bootstrap, destination=b.bootstrap,
+                          include=[topic], link={"offsets": "preserve", "budget.bytes": 1 << 20})
+    probe = Consumer({"bootstrap.servers": b.bootstrap, "group.id": unique_topic("probe")})
+    mirror = MirrorProcess(config, tmp_path / "mirror.log").start()
+    try:
+        def quiet_copied() -> tuple[int] | None:
+            """(the hot partition's destination end) once the quiet partition is all there."""
+            try:
+                ends = [probe.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] for p in (1, 0)]
+            except KafkaException:
+                return None  # not created yet
+            return (ends[1],) if ends[0] == quiet_end else None
+
+        (hot_then,) = wait_until(quiet_copied, timeout=60, interval=0.05,
+                                 message=f"the quiet partition copied:\n{mirror.tail()}")
+        assert hot_then < hot_end // 2, (hot_then, hot_end)  # served long before the hot partition was done
+        wait_until(lambda: mirrored(a.bootstrap, b.bootstrap, topic), timeout=60, message="all copied")
+    finally:
+        mirror.close()
+        probe.close()
