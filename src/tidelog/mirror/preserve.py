@@ -17,10 +17,11 @@ The loop, one asyncio task per round:
    on the mirror's side and no checkpoint is written.
 2. **Read raw batches.** One Fetch (v12, read_uncommitted, so up to the source's high watermark, control
    batches and aborted data included) per source leader for all the partitions it leads, from each
-   partition's position. ``link.budget.bytes`` is shared fairly by the partitions with a backlog
-   (budget.py ``fetch_plan``: a share per partition, each leader's request sized by its busy
-   partitions, partitions asked least recently served first), so one round holds about the budget
-   whatever the partition count, and a hot partition cannot keep the others waiting.
+   partition's position. A round fetches a quarter of ``link.budget.bytes`` (``ROUND_COPIES``),
+   shared fairly by the partitions with a backlog (budget.py ``fetch_plan``: a share per partition,
+   each leader's request sized by its busy partitions, partitions asked least recently served
+   first), so what a round holds stays within the budget whatever the partition count, and a hot
+   partition cannot keep the others waiting.
 3. **Write them at their offsets** with MirrorProduce, acks=-1, one request per destination leader
    (batches.py keeps the whole batches at or past the position, trimming one that straddles it).
 
@@ -102,6 +103,7 @@ class PartitionCopy:
     topic: str  # source
     partition: int
     target: str  # destination topic
+    shard: int  # shard_of(topic, partition, link.shards): which process of the link copies it
     source_leader: Address | None = None
     dest_leader: Address | None = None
     position: int = -1  # the destination's log end offset; -1 until asked
@@ -157,7 +159,7 @@ class PreservingMirror:
             consumer.pause(partitions)  # the link topic is only the group's subject here; nothing is read
         for tp in partitions:
             self.owned.add(tp.partition)
-            mine = [c for c in self.partitions.values() if self._shard(c) == tp.partition]
+            mine = [c for c in self.partitions.values() if c.shard == tp.partition]
             for copy in mine:
                 copy.position = -1  # another process may have moved the destination: ask it
             log.info("shard %d taken: %d partitions", tp.partition, len(mine))
@@ -170,9 +172,6 @@ class PreservingMirror:
             log.info("shard %d released", tp.partition)
         consumer.incremental_unassign(partitions)
         self.metrics.shards.set((), len(self.owned))
-
-    def _shard(self, copy: PartitionCopy) -> int:
-        return shard_of(copy.topic, copy.partition, self.config.shards)
 
     def _poll_group(self) -> None:
         assert self.group is not None
@@ -211,7 +210,8 @@ class PreservingMirror:
             target = self.config.topics.destination(topic)
             for partition in range(count):
                 key = (topic, partition)
-                copy = self.partitions.get(key) or self.partitions.setdefault(key, PartitionCopy(topic, partition, target))
+                copy = self.partitions.get(key) or self.partitions.setdefault(
+                    key, PartitionCopy(topic, partition, target, shard_of(topic, partition, self.config.shards)))
                 copy.source_leader = leader_of(source, topic, partition)
                 dest_leader = leader_of(dest, target, partition)
                 if dest_leader != copy.dest_leader:
@@ -250,7 +250,7 @@ class PreservingMirror:
     def _live(self) -> list[PartitionCopy]:
         """The partitions of this process's shards that can be copied now."""
         return [p for p in self.partitions.values()
-                if not p.stopped and p.source_leader and p.dest_leader and self._shard(p) in self.owned]
+                if not p.stopped and p.source_leader and p.dest_leader and p.shard in self.owned]
 
     async def _ask_positions(self) -> None:
         unknown = [p for p in self._live() if p.position < 0]
@@ -414,7 +414,7 @@ class PreservingMirror:
         now = time.monotonic()
         for copy in self.partitions.values():
             labels = (copy.topic, str(copy.partition))
-            if self._shard(copy) not in self.owned:  # reported by the process that owns it
+            if copy.shard not in self.owned:  # reported by the process that owns it
                 self.metrics.lag_records.remove(labels)
                 self.metrics.lag_seconds.remove(labels)
                 copy.caught_up_at = 0.0

@@ -161,7 +161,9 @@ def preserved_status(config: MirrorConfig) -> list[PreservedStatus]:
     for target in targets.values():
         leader = leader_of(metadata, *target)
         if leader is None:
-            notes[target] = ("not created yet" if target[0] not in metadata.topics
+            described = metadata.topics.get(target[0])
+            notes[target] = ("not created yet" if described is None or described.error is not None
+                             else "partition not created yet" if target[1] not in described.partitions
                              else "no leader on the destination")
         else:
             by_leader.setdefault(leader, []).append(target)
