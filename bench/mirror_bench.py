@@ -291,9 +291,11 @@ def footprint_mode(args: argparse.Namespace) -> None:
             print(f"source ready: {records} records over {args.partitions} partitions in "
                   f"{time.monotonic() - started:.1f} s", flush=True)
             peak, seconds = footprint(a.bootstrap, b.bootstrap, work, topic=topic, partitions=args.partitions,
-                                      records=records, budget_bytes=args.budget_mib << 20, timeout=1800)
+                                      records=records, budget_bytes=args.budget_mib << 20, timeout=1800,
+                                      offsets=args.offsets)
     volume = records * args.size
-    print(f"partitions={args.partitions} records={records} size={args.size} budget={args.budget_mib}MiB "
+    print(f"offsets={args.offsets} partitions={args.partitions} records={records} size={args.size} "
+          f"budget={args.budget_mib}MiB "
           f"peak_rss={peak:.0f}MiB seconds={seconds:.1f} records/s={records / seconds:.0f} "
           f"MB/s={volume / seconds / 1e6:.2f}")
 
@@ -312,6 +314,8 @@ def main() -> None:
     parser.add_argument("--skip-tidelog", action="store_true")
     parser.add_argument("--per-partition", type=int, default=10, help="footprint: records per partition")
     parser.add_argument("--budget-mib", type=int, default=64, help="footprint: the link's budget.bytes")
+    parser.add_argument("--offsets", choices=("translate", "preserve"), default="translate",
+                        help="footprint: the link's mode")
     args = parser.parse_args()
     if args.mode == "compare":
         args.partitions = args.partitions or 8

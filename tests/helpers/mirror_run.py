@@ -27,12 +27,14 @@ Record = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...],
 
 def write_config(path: Path, *, name: str, source: str, destination: str, include: Iterable[str],
                  rename: str = "{topic}", link: Mapping[str, object] | None = None,
-                 destination_extra: Mapping[str, str] | None = None) -> Path:
+                 destination_extra: Mapping[str, str] | None = None,
+                 source_extra: Mapping[str, str] | None = None) -> Path:
     settings = {"name": name, "shards": 8, "transaction.interval.ms": 200, "metadata.refresh.ms": 1000,
                 "session.timeout.ms": 3000, "transaction.timeout.ms": 10000, **(link or {})}
     lines = ["[link]"] + [f'"{k}" = {_toml(v)}' for k, v in settings.items()]
     lines += ["[topics]", f"include = {_toml(list(include))}", f"rename = {_toml(rename)}"]
     lines += ["[source]", f'"bootstrap.servers" = "{source}"']
+    lines += [f'"{k}" = {_toml(v)}' for k, v in (source_extra or {}).items()]
     lines += ["[destination]", f'"bootstrap.servers" = "{destination}"']
     lines += [f'"{k}" = {_toml(v)}' for k, v in (destination_extra or {}).items()]
     path.write_text("\n".join(lines) + "\n")
@@ -233,14 +235,19 @@ def assert_same(source: dict[int, list[Record]], destination: dict[int, list[Rec
 
 
 def caught_up(config: Path, source: str, topic: str, partitions: int) -> bool:
-    """Every partition's committed checkpoint is at the source's end (tidelog mirror status, as a library)."""
+    """Every partition's committed checkpoint (a preserving link: the destination's end) is at the
+    source's end (tidelog mirror status, as a library)."""
     from tidelog.clients.transactional import ReadError
     from tidelog.mirror import load_config
     from tidelog.mirror.status import checkpoints
 
     ends = end_offsets(source, topic, partitions)
+    link = load_config(config)
+    if link.preserves_offsets:
+        copied = end_offsets(str(link.destination["bootstrap.servers"]), link.topics.destination(topic), partitions)
+        return all(copied[p] >= ends[p] for p in range(partitions))
     try:
-        saved = checkpoints(load_config(config))
+        saved = checkpoints(link)
     except ReadError:
         return False  # the link topic is not there yet
     return all(ends[p] == 0 or ((topic, p) in saved and saved[(topic, p)].next >= ends[p]) for p in range(partitions))
@@ -330,12 +337,12 @@ def fill_partitions(bootstrap: str, topic: str, partitions: int, per_partition: 
 
 
 def footprint(source: str, destination: str, workdir: Path, *, topic: str, partitions: int, records: int,
-              budget_bytes: int, timeout: float = 300.0) -> tuple[float, float]:
+              budget_bytes: int, timeout: float = 300.0, offsets: str = "translate") -> tuple[float, float]:
     """Run one mirror process over ``topic`` until every partition is caught up, sampling its RSS every
     0.2 s. Returns (peak RSS in MiB, seconds from the process start to caught up)."""
     config = write_config(workdir / "footprint.toml", name=f"{topic}-link", source=source, destination=destination,
                           include=[topic], link={"budget.bytes": budget_bytes, "metadata.refresh.ms": 60_000,
-                                                 "session.timeout.ms": 10_000})
+                                                 "session.timeout.ms": 10_000, "offsets": offsets})
     mirror = MirrorProcess(config, workdir / "footprint.log").start()
     started = time.monotonic()
     peak = 0

@@ -30,6 +30,7 @@ from confluent_kafka.admin import (
 from kio.static.primitive import Records, i16, i32
 
 from helpers.broker_process import GROUP_TEST_BROKER, BrokerProcess, wait_until
+from helpers.cli_runner import run_cli
 from helpers.clients import admin_client, create_topic, unique_topic
 from helpers.mirror_run import MirrorProcess, produce_mixed, write_config
 from tidelog.net.kafka_connection import KafkaConnection
@@ -104,9 +105,10 @@ def copied(bootstrap: str, topic: str) -> int:
         return 0  # not created yet
 
 
-def mirrored(source: str, dest: str, topic: str) -> bool:
+def mirrored(source: str, dest: str, topic: str, partition: int | None = None) -> bool:
     try:
-        return all(watermarks(dest, topic, p) == watermarks(source, topic, p) for p in range(PARTITIONS))
+        return all(watermarks(dest, topic, p) == watermarks(source, topic, p)
+                   for p in (range(PARTITIONS) if partition is None else [partition]))
     except KafkaException:
         return False
 
@@ -223,3 +225,76 @@ def test_mirror_produce_refuses_other_links_straddles_and_principals_without_alt
     denied = mirror_produce(b.bootstrap, "east", topic, batch(10, 1))
     assert denied.error_code == TOPIC_AUTHORIZATION_FAILED and denied.log_end_offset == -1
     assert watermarks(b.bootstrap, topic, 0) == (5, 10)
+
+
+def owners(config: Path, capsys: pytest.CaptureFixture[str]) -> set[str]:
+    run = run_cli(capsys, "mirror", "status", "--config", str(config), "--json")
+    assert run.code == 0, run.out + run.err
+    return {row["owner"] for row in run.json()}
+
+
+def test_two_processes_split_the_shards_and_one_takes_over_a_killed_ones(
+        clusters: tuple[BrokerProcess, BrokerProcess], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = clusters
+    partitions = 6
+    topic = create_topic(a.bootstrap, unique_topic("split"), partitions)
+    produce_mixed(a.bootstrap, topic, partitions, 1200, abort_every=3)
+    config = write_config(tmp_path / "link.toml", name=unique_topic("split"), source=a.bootstrap,
+                          destination=b.bootstrap, include=[topic], link={"offsets": "preserve", "shards": 4})
+    first = MirrorProcess(config, tmp_path / "first.log").start()
+    second = MirrorProcess(config, tmp_path / "second.log").start()
+    try:
+        wait_until(lambda: len(owners(config, capsys) - {"-"}) == 2, timeout=60,
+                   message=f"two owners:\n{first.tail()}\n{second.tail()}")
+        wait_until(lambda: all(mirrored(a.bootstrap, b.bootstrap, topic, p) for p in range(partitions)), timeout=60,
+                   message="copied by the two")
+        first.kill9()
+        more = produce_mixed(a.bootstrap, topic, partitions, 600, seed=11, abort_every=3)
+        assert more > 0
+        wait_until(lambda: all(mirrored(a.bootstrap, b.bootstrap, topic, p) for p in range(partitions)), timeout=60,
+                   message=f"the survivor took over:\n{second.tail()}")
+        assert len(owners(config, capsys) - {"-"}) == 1
+    finally:
+        first.close()
+        second.close()
+    for p in range(partitions):
+        _low, high = watermarks(a.bootstrap, topic, p)
+        for committed in (True, False):
+            assert read_entries(b.bootstrap, topic, p, high, committed) == read_entries(
+                a.bootstrap, topic, p, high, committed), (p, committed)
+
+
+def test_a_hot_partition_does_not_hold_back_a_quiet_one_under_a_small_budget(
+        clusters: tuple[BrokerProcess, BrokerProcess], tmp_path: Path) -> None:
+    a, b = clusters
+    topic = create_topic(a.bootstrap, unique_topic("hot"), 2)
+    producer = Producer({"bootstrap.servers": a.bootstrap, "linger.ms": 20, "batch.size": 262144})
+    value = b"h" * 1024
+    for _ in range(16_000):  # 16 MiB behind on partition 0, which a fetch in partition order would serve first
+        producer.produce(topic, value, partition=0)
+        producer.poll(0)
+    for i in range(50):
+        producer.produce(topic, b"quiet-%d" % i, partition=1)
+    assert producer.flush(60) == 0
+    hot_end, quiet_end = watermarks(a.bootstrap, topic, 0)[1], watermarks(a.bootstrap, topic, 1)[1]
+    # the minimum budget: a round is 256 KiB, so the hot partition needs 64 rounds
+    config = write_config(tmp_path / "link.toml", name=unique_topic("hot"), source=a.bootstrap, destination=b.bootstrap,
+                          include=[topic], link={"offsets": "preserve", "budget.bytes": 1 << 20})
+    probe = Consumer({"bootstrap.servers": b.bootstrap, "group.id": unique_topic("probe")})
+    mirror = MirrorProcess(config, tmp_path / "mirror.log").start()
+    try:
+        def quiet_copied() -> tuple[int] | None:
+            """(the hot partition's destination end) once the quiet partition is all there."""
+            try:
+                ends = [probe.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] for p in (1, 0)]
+            except KafkaException:
+                return None  # not created yet
+            return (ends[1],) if ends[0] == quiet_end else None
+
+        (hot_then,) = wait_until(quiet_copied, timeout=60, interval=0.05,
+                                 message=f"the quiet partition copied:\n{mirror.tail()}")
+        assert hot_then < hot_end // 2, (hot_then, hot_end)  # served long before the hot partition was done
+        wait_until(lambda: mirrored(a.bootstrap, b.bootstrap, topic), timeout=60, message="all copied")
+    finally:
+        mirror.close()
+        probe.close()

@@ -10,6 +10,7 @@ import json
 import logging
 import signal
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from tidelog.clients.transactional import ReadError
 from tidelog.common.errors import ConfigError
 from tidelog.mirror import LinkError, MirrorConfig, load_config
 from tidelog.mirror.app import run
-from tidelog.mirror.status import age, status
+from tidelog.mirror.status import age, preserved_status, status
 from tidelog.mirror.translate import TranslateError, execute, translate_group
 
 EXAMPLES = """\
@@ -105,6 +106,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     config = _config(args)
+    if config.preserves_offsets:
+        return _preserved_status(config, args.json)
     try:
         rows = status(config)
     except (ReadError, KafkaException) as exc:
@@ -115,17 +118,46 @@ def _status(args: argparse.Namespace) -> int:
     print(f"link {config.name}: {len(rows)} partitions, total lag {sum(r.lag for r in rows)} records")
     header = ("TOPIC", "PARTITION", "DESTINATION", "SHARD", "SOURCE-END", "MIRRORED-TO", "LAG", "DEST-END",
               "COMMITTED", "OWNER")
-    table = [header] + [(r.topic, str(r.partition), r.destination, str(r.shard), str(r.source_end),
-                         str(r.mirrored_to), str(r.lag), str(r.destination_end), age(r.last_commit_ms), r.owner)
-                        for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    _table([header] + [(r.topic, str(r.partition), r.destination, str(r.shard), str(r.source_end),
+                        str(r.mirrored_to), str(r.lag), str(r.destination_end), age(r.last_commit_ms), r.owner)
+                       for r in rows])
     return 0
+
+
+def _preserved_status(config: MirrorConfig, as_json: bool) -> int:
+    try:
+        rows = preserved_status(config)
+    except (LinkError, KafkaException) as exc:
+        raise CliError(f"link {config.name}: {exc}") from None
+    if as_json:
+        print(json.dumps([{**row.__dict__, "lag": row.lag} for row in rows], indent=2))
+        return 0
+    print(f"link {config.name} (offsets preserved): {len(rows)} partitions, "
+          f"total lag {sum(r.lag for r in rows)} offsets")
+    header = ("TOPIC", "PARTITION", "DESTINATION", "SHARD", "SOURCE-START", "SOURCE-END", "DEST-START", "DEST-END",
+              "LAG", "OWNER", "NOTE")
+    _table([header] + [(r.topic, str(r.partition), r.destination, str(r.shard), str(r.source_start),
+                        str(r.source_end), _offset(r.destination_start), _offset(r.destination_end), str(r.lag),
+                        r.owner, r.note) for r in rows])
+    return 0
+
+
+def _offset(value: int) -> str:
+    return "-" if value < 0 else str(value)
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
 
 
 def _translate(args: argparse.Namespace) -> int:
     config = _config(args)
+    if config.preserves_offsets:
+        raise CliError(f"link {config.name} preserves offsets (link.offsets = \"preserve\"): a committed offset names "
+                       "the same record on both clusters, so there is nothing to translate; commit the same numbers "
+                       "on the destination")
     try:
         translations = translate_group(config, args.group)
         if args.execute:

@@ -34,8 +34,10 @@ The source and destination tables are handed to librdkafka as they are, minus th
 sets itself (transactional.id, isolation.level, group.id, enable.idempotence, enable.auto.commit):
 those are refused with a message. Internal topics (names starting ``__``) are never mirrored.
 
-``offsets = "preserve"`` (preserve.py) reads and writes with tidelog's own Kafka-protocol connection,
-plain TCP: a ``security.protocol`` other than PLAINTEXT is refused for it, with the key named.
+``offsets = "preserve"`` (preserve.py) reads and writes with tidelog's own Kafka-protocol connections
+(wire.py), which take their TLS and SASL settings from the same tables through
+``tidelog.clients.security``: what those connections cannot do (GSSAPI, an unreadable CA file, a
+SASL protocol without credentials) is refused here, with the side and the key named.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tidelog.clients.security import ClientSecurity
 from tidelog.common.errors import ConfigError
 from tidelog.common.toml_settings import client_settings, flatten, integer, load_toml, strings, text
 
@@ -199,12 +202,12 @@ def parse_config(document: Mapping[str, Any]) -> MirrorConfig:
         raise ConfigError(f"link.offsets: expected translate or preserve, got {offsets!r}")
     source = _cluster("source", document.get("source"))
     destination = _cluster("destination", document.get("destination"))
-    if offsets == "preserve":
+    if offsets == "preserve":  # its own connections read the security keys too: checked now, key named
         for side, settings in (("source", source), ("destination", destination)):
-            protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
-            if protocol != "PLAINTEXT":
-                raise ConfigError(f"{side}.security.protocol: {protocol} is not supported with link.offsets = "
-                                  "\"preserve\" yet (plain TCP only)")
+            try:
+                ClientSecurity.from_config(settings)
+            except ConfigError as exc:
+                raise ConfigError(f"{side}.{exc}") from None
     return MirrorConfig(
         name=name, topics=_topics(document.get("topics")),
         source=source, destination=destination, offsets=offsets,

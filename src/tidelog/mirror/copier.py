@@ -27,8 +27,6 @@ and open transactions are committed on time.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -44,7 +42,7 @@ from tidelog.mirror.config import MirrorConfig
 from tidelog.mirror.metrics import MirrorMetrics
 from tidelog.mirror.position import Checkpoint, shard_of
 from tidelog.mirror.shard import Key, PartitionState, Shard
-from tidelog.mirror.topics import LinkError, TopicSync, ensure_link_topic
+from tidelog.mirror.topics import LinkError, TopicSync, ensure_link_topic, link_group_member
 
 log = logging.getLogger(__name__)
 FENCES_BEFORE_GIVING_UP = 5
@@ -96,14 +94,7 @@ class Mirror:
             "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
             "fetch.max.bytes": min(50 << 20, self.budget.prefetch_kbytes * 1024),
             "logger": logging.getLogger("tidelog.mirror.rdkafka")})
-        self.group = Consumer({
-            **shared_settings(self.config.destination), "group.id": self.config.group_id,
-            "client.id": f"{socket.gethostname()}:{os.getpid()}", "enable.auto.commit": False,
-            "partition.assignment.strategy": "cooperative-sticky",
-            "session.timeout.ms": self.config.session_timeout_ms,
-            "heartbeat.interval.ms": max(100, self.config.session_timeout_ms // 5),
-            "max.poll.interval.ms": max(self.config.session_timeout_ms, 60_000),
-            "logger": logging.getLogger("tidelog.mirror.rdkafka")})
+        self.group = link_group_member(self.config)
         self.group.subscribe([self.config.link_topic], on_assign=self._assigned, on_revoke=self._revoked,
                              on_lost=self._lost)
         log.info("mirror link %s: %d topics to mirror, %d shards, budget %d bytes", self.config.name,

@@ -21,11 +21,13 @@ never copied nor deleted by the config sync (it is in the built-in exclusions).
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -37,6 +39,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from tidelog.clients.transactional import shared_settings
 from tidelog.mirror.config import MirrorConfig
 
 log = logging.getLogger(__name__)
@@ -184,6 +187,20 @@ def ensure_link_topic(config: MirrorConfig, dest: AdminClient) -> None:
     if described.error is None and len(described.partitions) != config.shards:
         raise LinkError(f"link topic {config.link_topic} has {len(described.partitions)} partitions but "
                         f"link.shards is {config.shards}; shards are fixed for a link's life")
+
+
+def link_group_member(config: MirrorConfig) -> Consumer:
+    """A member of the link group ``tidelog-mirror.<link>`` on the destination, not yet subscribed: its
+    assignment of the link topic's partitions is the set of shards this process owns (cooperative-sticky,
+    so a rebalance moves only the shards that must move)."""
+    return Consumer({
+        **shared_settings(config.destination), "group.id": config.group_id,
+        "client.id": f"{socket.gethostname()}:{os.getpid()}", "enable.auto.commit": False,
+        "partition.assignment.strategy": "cooperative-sticky",
+        "session.timeout.ms": config.session_timeout_ms,
+        "heartbeat.interval.ms": max(100, config.session_timeout_ms // 5),
+        "max.poll.interval.ms": max(config.session_timeout_ms, 60_000),
+        "logger": logging.getLogger("tidelog.mirror.rdkafka")})
 
 
 class LinkError(Exception):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tidelog.mirror.budget import MIN_SHARE, FairBudget
+from tidelog.mirror.budget import MIN_SHARE, FairBudget, fetch_plan
 
 
 def test_a_hot_partition_is_paused_at_its_share_while_others_keep_going() -> None:
@@ -42,3 +42,26 @@ def test_for_link_splits_prefetch_and_transactions() -> None:
     budget = FairBudget.for_link(64 << 20)
     assert budget.total == 48 << 20
     assert budget.prefetch_kbytes * 1024 == 16 << 20
+
+
+def test_preserve_rounds_share_the_budget_over_busy_partitions_and_serve_the_longest_waiting_first() -> None:
+    hot, quiet = ("t", 0), ("t", 1)
+    others = [("u", p) for p in range(6)]
+    leaders = {"a": [hot, quiet, *others[:3]], "b": others[3:]}
+    busy = {hot, *others}
+    plan = fetch_plan(7 * MIN_SHARE * 4, leaders, busy, served={hot: 9, others[0]: 8})
+    assert plan["a"].partition_max_bytes == plan["b"].partition_max_bytes == 4 * MIN_SHARE
+    # requests sized by their busy partitions: 4 of 7 at a, 3 of 7 at b; together the budget
+    assert (plan["a"].max_bytes, plan["b"].max_bytes) == (16 * MIN_SHARE, 12 * MIN_SHARE)
+    # never served first, then by the round of their last data: the hot partition that just brought data goes last
+    assert plan["a"].order == [quiet, others[1], others[2], others[0], hot]
+
+
+def test_preserve_rounds_stay_within_the_budget_with_many_busy_partitions() -> None:
+    keys = [("t", p) for p in range(10_000)]
+    leaders = {n: keys[n::3] for n in range(3)}
+    plan = fetch_plan(64 << 20, leaders, set(keys), {})
+    assert {fetch.partition_max_bytes for fetch in plan.values()} == {MIN_SHARE}
+    assert sum(fetch.max_bytes for fetch in plan.values()) <= 64 << 20
+    idle = fetch_plan(64 << 20, leaders, set(), {})
+    assert {fetch.max_bytes for fetch in idle.values()} == {MIN_SHARE}

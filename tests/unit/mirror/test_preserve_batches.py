@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from helpers.cli_runner import run_cli
+from helpers.mirror_run import write_config
 from tidelog.common.errors import ConfigError
 from tidelog.mirror.batches import ready
 from tidelog.mirror.config import parse_config
@@ -67,8 +71,34 @@ def test_preserve_mode_creates_destination_topics_marked_for_its_link_only() -> 
 @pytest.mark.parametrize(("doc", "message"), [
     (document(offsets="keep"), "link.offsets: expected translate or preserve"),
     ({**document(offsets="preserve"), "source": {"bootstrap.servers": "a:9093", "security.protocol": "SASL_SSL"}},
-     "source.security.protocol: SASL_SSL is not supported"),
+     r"source.sasl.mechanism='GSSAPI' is not supported by tidelog's own connections"),
+    ({**document(offsets="preserve"), "destination": {"bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL",
+                                                      "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "mirror"}},
+     "destination.sasl.password is required"),
+    ({**document(offsets="preserve"), "destination": {"bootstrap.servers": "b:9093", "security.protocol": "SSL",
+                                                      "ssl.ca.location": "/nonexistent/ca.pem"}},
+     "destination.ssl.ca.location=/nonexistent/ca.pem"),
+    ({**document(offsets="preserve"), "source": {"bootstrap.servers": "a:9093", "security.protocol": "TLS"}},
+     "source.security.protocol='TLS' must be one of"),
 ])
 def test_preserve_mode_settings_are_checked_before_anything_starts(doc: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(doc)
+
+
+def test_preserve_mode_accepts_the_security_settings_its_own_connections_speak() -> None:
+    secured = {"bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+               "sasl.username": "mirror", "sasl.password": "s3cret"}
+    config = parse_config({**document(offsets="preserve"), "destination": secured,
+                           "source": {"bootstrap.servers": "a:9093", "security.protocol": "SASL_PLAINTEXT",
+                                      "sasl.mechanism": "PLAIN", "sasl.username": "m", "sasl.password": "p"}})
+    assert config.destination["sasl.mechanism"] == "SCRAM-SHA-256"
+
+
+def test_translate_offsets_says_a_preserving_link_has_nothing_to_translate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path / "keep.toml", name="east", source="127.0.0.1:1", destination="127.0.0.1:1",
+                          include=["orders"], link={"offsets": "preserve"})
+    run = run_cli(capsys, "mirror", "translate-offsets", "--config", str(config), "--group", "billing")
+    assert run.code == 1
+    assert "link east preserves offsets" in run.err and "nothing to translate" in run.err
