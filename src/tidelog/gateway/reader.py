@@ -171,7 +171,7 @@ class ReadSession:
             self.error = "the session's consumer stopped; see the gateway's log"
         finally:
             try:
-                consumer.close()  # leaves the group: its partitions are reassigned without waiting for a timeout
+                _leave(consumer)
             finally:
                 self._fail_commands()
 
@@ -350,6 +350,21 @@ class ReadSession:
     @property
     def buffered_bytes(self) -> int:
         return self._buffered_bytes
+
+
+def _leave(consumer: Consumer, timeout_s: float = 10.0) -> None:
+    """Leave the group, so the partitions are reassigned at once rather than after the session timeout.
+
+    Unsubscribe and poll until the assignment is gone, then close: ``close()`` with partitions still
+    assigned revokes them from inside librdkafka, whose assign call from that callback can hang the
+    process (librdkafka issues 4527 and 4884, the workaround named there). Records polled meanwhile
+    are dropped: they were not delivered, so they are not committed either.
+    """
+    consumer.unsubscribe()
+    deadline = time.monotonic() + timeout_s
+    while consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(0.05)
+    consumer.close()
 
 
 def _names(partitions: list[TopicPartition]) -> str:
