@@ -76,15 +76,20 @@ class Delivered:
 
 
 def _int(value: object, what: str, low: int, high: int) -> int:
-    if isinstance(value, str):
-        text = value
-        try:
-            value = int(text)
-        except ValueError:
-            raise InvalidRequest(f"{what} must be an integer, got {text[:30]!r}") from None
     if type(value) is not int or not low <= value <= high:
         raise InvalidRequest(f"{what} must be an integer from {low} to {high}")
     return value
+
+
+def _query_int(query: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    text = query.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be an integer, got {text[:30]!r}") from None
+    return _int(value, name, low, high)
 
 
 def check_group(group: object, forbidden: str) -> str:
@@ -126,9 +131,9 @@ def parse_poll(query: Mapping[str, str], *, buffer_bytes: int, accept: str = "")
     fmt = query.get("format", "raw" if accept.startswith("text/plain") else "json")
     if fmt not in ("json", "raw"):
         raise InvalidRequest("format must be 'json' or 'raw'")
-    return PollRequest(_int(query.get("waitMs", 0), "waitMs", 0, MAX_WAIT_MS),
-                       _int(query.get("maxRecords", DEFAULT_RECORDS), "maxRecords", 1, MAX_RECORDS),
-                       _int(query.get("maxBytes", buffer_bytes), "maxBytes", 1, buffer_bytes), fmt == "raw")
+    return PollRequest(_query_int(query, "waitMs", 0, 0, MAX_WAIT_MS),
+                       _query_int(query, "maxRecords", DEFAULT_RECORDS, 1, MAX_RECORDS),
+                       _query_int(query, "maxBytes", buffer_bytes, 1, buffer_bytes), fmt == "raw")
 
 
 def parse_commit(body: bytes) -> list[Offset] | None:
