@@ -24,11 +24,13 @@ from helpers.gateway_process import GATEWAY_TEST_BROKER, GatewayProcess, write_j
 
 read_broker = module_broker("read_broker", GATEWAY_TEST_BROKER)
 SESSIONS_MAX = 3
+BUFFER_BYTES = 256 * 1024
 
 
 @pytest.fixture(scope="module")
 def gateways(tmp_path_factory: pytest.TempPathFactory, read_broker: BrokerProcess) -> Iterator[list[GatewayProcess]]:
-    overrides = {"gateway.read.sessions.max": SESSIONS_MAX, "gateway.session.timeout.ms": 3000}
+    overrides = {"gateway.read.sessions.max": SESSIONS_MAX, "gateway.session.timeout.ms": 3000,
+                 "gateway.read.session.max.bytes": BUFFER_BYTES}
     started = [GatewayProcess(tmp_path_factory.mktemp(name), read_broker.bootstrap, overrides).start(wait_ready=False)
                for name in ("gw-a", "gw-b")]  # both start at once: a start costs seconds on a busy machine
     try:
@@ -190,6 +192,24 @@ def test_a_long_poll_answers_as_soon_as_a_record_arrives(
     [record] = body["records"]
     assert record["value"] == "hello" and record["headers"]["tidelog-source-id"] == "host-1"
     assert latency < 3, f"the long-poll answered {latency:.2f} s after the write"
+
+
+def test_a_session_nobody_polls_buffers_a_bounded_amount_and_loses_nothing(
+        gateways: list[GatewayProcess], read_broker: BrokerProcess, sessions: Sessions, group: str) -> None:
+    topic = create_topic(read_broker.bootstrap, unique_topic("reads"), 1)
+    values = [b"%06d" % i + b"x" * 1018 for i in range(3000)]  # 3 MiB, twelve times the buffer
+    produce_all(producer(read_broker.bootstrap), topic, values)
+    url = sessions.open(gateways[0], group, [topic])
+    wait_until(lambda: httpx.get(url, timeout=10).json()["bufferedBytes"] >= BUFFER_BYTES, timeout=20,
+               message="the buffer filled")
+    time.sleep(1.0)  # a reader that ignored the bound would read on meanwhile
+    assert httpx.get(url, timeout=10).json()["bufferedBytes"] <= 3 * BUFFER_BYTES
+    got: list[str] = []
+    while len(got) < len(values):
+        batch = poll(url, 5000)["records"]
+        assert batch, f"stalled after {len(got)} records"
+        got += [r["value"] for r in batch]
+    assert got == [v.decode() for v in values]
 
 
 def test_raw_lines_and_base64_for_values_that_are_not_text(

@@ -48,7 +48,7 @@ from tidelog.gateway.read_model import Delivered, Offset, SessionRequest
 log = logging.getLogger(__name__)
 TP = tuple[str, int]
 _CONSUME_BATCH = 500
-_CONSUME_WAIT_S = 0.05
+_CONSUME_WAIT_S = 0.1  # also the longest a commit waits for the thread
 COMMIT_TIMEOUT_S = 30.0
 
 
