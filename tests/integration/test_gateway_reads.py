@@ -8,10 +8,13 @@ deletes the sessions it opens.
 
 from __future__ import annotations
 
+import base64
+import signal
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,8 +34,9 @@ BUFFER_BYTES = 256 * 1024
 def gateways(tmp_path_factory: pytest.TempPathFactory, read_broker: BrokerProcess) -> Iterator[list[GatewayProcess]]:
     overrides = {"gateway.read.sessions.max": SESSIONS_MAX, "gateway.session.timeout.ms": 3000,
                  "gateway.read.session.max.bytes": BUFFER_BYTES}
-    started = [GatewayProcess(tmp_path_factory.mktemp(name), read_broker.bootstrap, overrides).start(wait_ready=False)
-               for name in ("gw-a", "gw-b")]  # both start at once: a start costs seconds on a busy machine
+    deployment = f"gw-{uuid.uuid4().hex[:8]}"  # two instances of one deployment (they forward to each other)
+    started = [GatewayProcess(tmp_path_factory.mktemp(name), read_broker.bootstrap, overrides, group=deployment)
+               .start(wait_ready=False) for name in ("gw-a", "gw-b")]  # at once: a start costs seconds here
     try:
         for gateway in started:
             gateway.wait_ready(60)
@@ -59,7 +63,10 @@ class Sessions:
 
     def close(self) -> None:
         for url in self.opened:
-            httpx.delete(url, timeout=30)
+            try:
+                httpx.delete(url, timeout=30)
+            except httpx.ConnectError:  # a gateway the test stopped
+                pass
 
 
 @pytest.fixture
@@ -210,6 +217,50 @@ def test_a_session_nobody_polls_buffers_a_bounded_amount_and_loses_nothing(
         assert batch, f"stalled after {len(got)} records"
         got += [r["value"] for r in batch]
     assert got == [v.decode() for v in values]
+
+
+def test_any_gateway_instance_serves_a_session_by_forwarding_to_the_one_holding_it(
+        gateways: list[GatewayProcess], read_broker: BrokerProcess, sessions: Sessions, group: str) -> None:
+    topic = create_topic(read_broker.bootstrap, unique_topic("reads"), 1)
+    produce_all(producer(read_broker.bootstrap), topic, [b"a", b"b", b"c"])
+    session_id = sessions.open(gateways[0], group, [topic]).rsplit("/", 1)[1]
+    elsewhere = f"{gateways[1].url}/v1/sessions/{session_id}"
+    raw = httpx.get(f"{elsewhere}/records", params={"waitMs": 10_000, "maxRecords": 2},
+                    headers={"accept": "text/plain"}, timeout=30)
+    assert (raw.status_code, raw.content, raw.headers["x-tidelog-records"]) == (200, b"a\nb\n", "2")
+    assert [r["value"] for r in poll(elsewhere, 10_000)["records"]] == ["c"]
+    committed = httpx.post(f"{elsewhere}/commit", timeout=30)
+    assert committed.json() == {"committed": [{"topic": topic, "partition": 0, "offset": 3}]}
+    assert httpx.delete(elsewhere, timeout=30).status_code == 204
+    gone = httpx.get(f"{gateways[0].url}/v1/sessions/{session_id}", timeout=10)
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "UNKNOWN_SESSION"
+    # An id naming a host that is not one of the deployment's instances is not forwarded anywhere.
+    forged = base64.urlsafe_b64encode(b"http://127.0.0.1:9").decode().rstrip("=") + "." + uuid.uuid4().hex
+    answer = httpx.get(f"{gateways[1].url}/v1/sessions/{forged}/records", timeout=10)
+    assert (answer.status_code, answer.json()["error"]["code"]) == (404, "UNKNOWN_SESSION")
+
+
+def test_a_stopping_gateway_answers_its_long_polls_and_its_sessions_leave_the_group(
+        tmp_path: Path, gateways: list[GatewayProcess], read_broker: BrokerProcess, sessions: Sessions,
+        group: str) -> None:
+    topic = create_topic(read_broker.bootstrap, unique_topic("reads"), 2)
+    with GatewayProcess(tmp_path, read_broker.bootstrap) as leaving:
+        stays = sessions.open(gateways[0], group, [topic])
+        goes = sessions.open(leaving, group, [topic], timeoutMs=600_000)
+        settled_split([stays, goes], 2)
+        answered: list[int] = []
+        waiter = threading.Thread(target=lambda: answered.append(
+            httpx.get(f"{goes}/records", params={"waitMs": 60_000}, timeout=90).status_code))
+        waiter.start()
+        time.sleep(0.5)
+        stopped = time.monotonic()
+        assert leaving.process is not None
+        leaving.process.send_signal(signal.SIGTERM)
+        waiter.join(30)
+        assert answered == [200] and time.monotonic() - stopped < 10
+        assert leaving.process.wait(30) == 0
+    # its session left the group on the way out: the other reader holds everything long before 600 s
+    wait_until(lambda: assignment(stays) == {0, 1}, timeout=20, interval=0.2, message="partitions moved")
 
 
 def test_raw_lines_and_base64_for_values_that_are_not_text(

@@ -48,14 +48,20 @@ async def run(config: GatewayConfig, stop: asyncio.Event) -> None:
     gateway = Gateway(config, registry)
     sessions = Sessions(config, registry)
     async with peer_client(config) as http:
-        routes = GatewayApi(gateway, http).routes() + ReadApi(gateway, sessions).routes()
+        routes = GatewayApi(gateway, http).routes() + ReadApi(gateway, sessions, http).routes()
         app = create_app(routes, registry=registry, readiness=[("shards", gateway.readiness)], tokens=tokens)
         await gateway.start()
         sessions.start()
         log.info("gateway %s: group %s, state topic %s (%d shards), cluster %s", config.url, config.group_id,
                  config.state_topic, config.state_partitions, config.bootstrap_servers)
+        async def interrupt_polls() -> None:
+            await stop.wait()
+            sessions.interrupt()
+
+        interrupter = asyncio.get_running_loop().create_task(interrupt_polls())
         try:
             await serve(app, config.listener(), stop)
         finally:
+            interrupter.cancel()
             await sessions.stop()
             await gateway.stop()

@@ -10,7 +10,9 @@
   error name when the group is rebalancing (retry), 400 past what was delivered.
 - ``GET /v1/sessions/{id}``: the session's assignment, delivered positions, buffer; ``DELETE``: close it.
 
-An unknown (expired, deleted, another instance's) session is 404 ``UNKNOWN_SESSION``.
+A session's requests may reach any instance of the deployment: one that does not hold the session
+forwards the request to the instance its id names (``sessions``), once; an unknown session (expired,
+deleted, its instance gone) is 404 ``UNKNOWN_SESSION``.
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import httpx
 from confluent_kafka import KafkaError, KafkaException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tidelog.gateway.api import read_body
+from tidelog.gateway.api import FORWARDED_BY, read_body
 from tidelog.gateway.model import InvalidRequest
 from tidelog.gateway.read_model import (
+    MAX_WAIT_MS,
     Offset,
     offsets_json,
     parse_commit,
@@ -36,26 +40,29 @@ from tidelog.gateway.read_model import (
 )
 from tidelog.gateway.reader import BeyondDelivered, CommitFailed, PartitionsNotAssigned
 from tidelog.gateway.service import Gateway
-from tidelog.gateway.sessions import Sessions, TooManySessions, UnknownSession
+from tidelog.gateway.sessions import Sessions, TooManySessions, UnknownSession, instance_of
 from tidelog.gateway.topics import UnknownTopic
 from tidelog.web.auth import principal_of
 from tidelog.web.errors import ApiError, bad_request, unavailable
 
 _BODY_LIMIT = 1024 * 1024
+_FORWARDED_REQUEST_HEADERS = ("content-type", "authorization", "accept")
+_FORWARDED_ANSWER_HEADERS = ("content-type", "retry-after", "x-tidelog-records")
 # The group moved on while the commit was sent: the client may commit again (or find its partitions moved).
 _REBALANCING = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
                 KafkaError.FENCED_INSTANCE_ID}
 
 
 def _unknown(session_id: str) -> ApiError:
-    return ApiError(404, "UNKNOWN_SESSION", f"no read session {session_id[:64]!r} on this instance: it expired, was "
-                    "deleted, or was opened on another instance (poll the URL its creation answered)")
+    return ApiError(404, "UNKNOWN_SESSION", f"no read session {session_id[:100]!r}: it expired, was deleted, or "
+                    "the gateway instance that held it is gone; open a new one (it resumes from the group's commits)")
 
 
 class ReadApi:
-    def __init__(self, gateway: Gateway, sessions: Sessions) -> None:
+    def __init__(self, gateway: Gateway, sessions: Sessions, http: httpx.AsyncClient) -> None:
         self.gateway = gateway
         self.sessions = sessions
+        self.http = http
 
     def routes(self) -> list[Route]:
         return [Route("/v1/sessions", self.create, methods=["POST"]),
@@ -93,14 +100,14 @@ class ReadApi:
             async with self.sessions.use(session_id, principal_of(request.scope)) as session:
                 return JSONResponse(session.describe(time.monotonic()))
         except UnknownSession:
-            raise _unknown(session_id) from None
+            return await self._elsewhere(request, session_id)
 
     async def delete(self, request: Request) -> Response:
         session_id = request.path_params["session"]
         try:
             await self.sessions.delete(session_id, principal_of(request.scope))
         except UnknownSession:
-            raise _unknown(session_id) from None
+            return await self._elsewhere(request, session_id)
         return Response(status_code=204)
 
     async def poll(self, request: Request) -> Response:
@@ -117,7 +124,7 @@ class ReadApi:
                 if not records and not session.alive:
                     raise unavailable(f"the session's consumer stopped ({session.error}); open a new session")
         except UnknownSession:
-            raise _unknown(session_id) from None
+            return await self._elsewhere(request, session_id)
         counts: dict[str, int] = {}
         following: dict[tuple[str, int], int] = {}
         for record in records:
@@ -142,7 +149,7 @@ class ReadApi:
             async with self.sessions.use(session_id, principal_of(request.scope)) as session:
                 committed = await session.commit(offsets)
         except UnknownSession:
-            raise _unknown(session_id) from None
+            return await self._elsewhere(request, session_id, body)
         except BeyondDelivered as exc:
             raise bad_request(str(exc)) from None
         except PartitionsNotAssigned as exc:
@@ -153,6 +160,25 @@ class ReadApi:
                                "what this session still holds") from None
             raise unavailable(f"{exc}; committing the same offsets again is safe") from None
         return JSONResponse({"committed": offsets_json(committed)})
+
+
+    async def _elsewhere(self, request: Request, session_id: str, body: bytes = b"") -> Response:
+        """Forward to the instance the session's id names, if it is one of ours and not this one."""
+        own = self.gateway.config.url
+        owner = instance_of(session_id)
+        if owner is None or owner == own or FORWARDED_BY in request.headers \
+                or not await self.gateway.router.is_instance(owner):
+            raise _unknown(session_id)
+        headers = {name: request.headers[name] for name in _FORWARDED_REQUEST_HEADERS if name in request.headers}
+        headers[FORWARDED_BY] = own
+        url = owner.rstrip("/") + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        try:
+            answer = await self.http.request(request.method, url, content=body, headers=headers,
+                                             timeout=MAX_WAIT_MS / 1000 + 30)
+        except httpx.HTTPError as error:
+            raise unavailable(f"the gateway instance holding the session ({owner}) did not answer: {error}") from None
+        keep = {k: v for k, v in answer.headers.items() if k.lower() in _FORWARDED_ANSWER_HEADERS}
+        return Response(answer.content, status_code=answer.status_code, headers=keep)
 
 
 def _partitions(partitions: list[tuple[str, int]]) -> list[dict[str, Any]]:

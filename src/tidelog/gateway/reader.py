@@ -78,7 +78,7 @@ def consumer_config(config: GatewayConfig, session_id: str, request: SessionRequ
     fetch_bytes = min(max(buffer_bytes, 1_000_000), 64 * 1024 * 1024)
     return config.kafka_config(**{
         "group.id": request.group,
-        "client.id": f"tidelog-gateway-read-{session_id}",
+        "client.id": f"tidelog-gateway-read-{session_id.rpartition('.')[2]}",
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": request.auto_offset_reset,
@@ -126,9 +126,11 @@ class ReadSession:
         self._assigned: set[TP] = set()
         self._positions: dict[TP, int] = {}  # delivered position per assigned partition
         self._paused = False
+        self._interrupted = False
         self._commands: queue.SimpleQueue[Callable[[Consumer | None], None]] = queue.SimpleQueue()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"gateway-read-{session_id[:8]}", daemon=True)
+        short = session_id.rpartition(".")[2][:8]
+        self._thread = threading.Thread(target=self._run, name=f"gateway-read-{short}", daemon=True)
         self._consumer: Consumer | None = None
 
     # -- life cycle (blocking: call from a worker thread) -------------------------------------------
@@ -278,12 +280,17 @@ class ReadSession:
             self._arrived.clear()
             records = self.take(max_records, max_bytes)
             remaining = deadline - self._loop.time()
-            if records or remaining <= 0 or not self.alive:
+            if records or remaining <= 0 or not self.alive or self._interrupted:
                 return records
             try:
                 await asyncio.wait_for(self._arrived.wait(), remaining)
             except TimeoutError:
                 return self.take(max_records, max_bytes)
+
+    def interrupt(self) -> None:
+        """End waiting polls now, and those to come at once (the gateway is stopping)."""
+        self._interrupted = True
+        self._arrived.set()
 
     def positions(self) -> list[Offset]:
         with self._lock:

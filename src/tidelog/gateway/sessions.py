@@ -6,7 +6,9 @@ Design (pull reads):
   thread, ``cooperative-sticky``, ``read_committed``). Sessions of one group, on this instance or on
   others, or plain Kafka consumers of the group, share the partitions through the group protocol only,
   so this works against Apache Kafka too. A session lives on the instance that created it; its id is
-  a random UUID, unknown elsewhere (404 there).
+  ``<that instance's advertised URL, base64url>.<random UUID>``, so another instance of the same
+  deployment forwards the session's requests there (one hop, and only to a URL that is a member of
+  the ownership group: an id is client input and must not make the gateway call arbitrary hosts).
 - Limits: at most ``gateway.read.sessions.max`` sessions per instance (more gets 429 with
   ``Retry-After``), and a buffer of ``gateway.read.session.max.bytes`` each, so read memory is bounded
   by about three times their product (``reader``).
@@ -23,6 +25,8 @@ Event-loop only; opening and closing consumers run on worker threads.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import logging
 import time
@@ -36,6 +40,21 @@ from tidelog.observability.registry import MetricFamily, Registry
 
 log = logging.getLogger(__name__)
 SWEEP_S = 0.2
+
+
+def new_session_id(instance_url: str) -> str:
+    return base64.urlsafe_b64encode(instance_url.encode()).decode().rstrip("=") + "." + uuid.uuid4().hex
+
+
+def instance_of(session_id: str) -> str | None:
+    """The URL of the instance that opened the session, as its id says (None if it says nothing)."""
+    head, dot, _ = session_id.partition(".")
+    if not dot or not head:
+        return None
+    try:
+        return base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)).decode()
+    except (binascii.Error, ValueError):
+        return None
 
 
 class UnknownSession(Exception):
@@ -61,6 +80,11 @@ class Sessions:
     def start(self) -> None:
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
 
+    def interrupt(self) -> None:
+        """The gateway is stopping: waiting long-polls answer now, so the listener drains in time."""
+        for session in list(self._sessions.values()):
+            session.interrupt()
+
     async def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
@@ -73,7 +97,7 @@ class Sessions:
         if len(self._sessions) + self._opening >= self.config.read_sessions_max:
             raise TooManySessions(f"this instance holds gateway.read.sessions.max={self.config.read_sessions_max} "
                                   "read sessions")
-        session = ReadSession(str(uuid.uuid4()), request, self.config, self.config.read_session_max_bytes, principal)
+        session = ReadSession(new_session_id(self.config.url), request, self.config, self.config.read_session_max_bytes, principal)
         self._opening += 1
         try:
             await asyncio.to_thread(session.start)
