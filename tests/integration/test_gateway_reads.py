@@ -151,6 +151,24 @@ def test_a_session_that_stops_polling_loses_its_partitions_to_the_other_within_i
     assert sorted(r["value"] for r in records) == sorted(f"p{p}-{i}" for p in range(2) for i in range(3))
 
 
+def test_records_of_a_partition_that_moved_before_the_commit_go_to_its_new_reader(
+        gateways: list[GatewayProcess], read_broker: BrokerProcess, sessions: Sessions, group: str) -> None:
+    topic = create_topic(read_broker.bootstrap, unique_topic("reads"), 2)
+    produce_to_partitions(read_broker.bootstrap, topic, 2, 3)
+    first = sessions.open(gateways[0], group, [topic])
+    delivered = drain(first, 6)  # alone in the group: both partitions
+    assert len(delivered) == 6
+    second = sessions.open(gateways[1], group, [topic])
+    [kept], [moved] = settled_split([first, second], 2)
+    refused = httpx.post(f"{first}/commit", timeout=30, json={"offsets": [
+        {"topic": topic, "partition": moved, "offset": 3}, {"topic": topic, "partition": kept, "offset": 3}]})
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "PARTITIONS_NOT_ASSIGNED"
+    everything = httpx.post(f"{first}/commit", timeout=30)  # what the session still holds
+    assert everything.json() == {"committed": [{"topic": topic, "partition": kept, "offset": 3}]}
+    again = drain(second, 3)  # never committed: the new reader gets them all
+    assert [r["value"] for r in again] == [f"p{moved}-{i}" for i in range(3)]
+
+
 def test_a_new_session_resumes_from_the_committed_offsets(
         gateways: list[GatewayProcess], read_broker: BrokerProcess, sessions: Sessions, group: str) -> None:
     topic = create_topic(read_broker.bootstrap, unique_topic("reads"), 1)
