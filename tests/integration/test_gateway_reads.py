@@ -88,6 +88,10 @@ def poll(url: str, wait_ms: int = 0, **params: Any) -> dict[str, Any]:
     return body
 
 
+def poll_answer(url: str, wait_ms: int) -> httpx.Response:
+    return httpx.get(f"{url}/records", params={"waitMs": wait_ms}, timeout=wait_ms / 1000 + 30)
+
+
 def assignment(url: str) -> set[int]:
     answer = httpx.get(url, timeout=30)
     assert answer.status_code == 200, answer.text
@@ -249,7 +253,14 @@ def test_any_gateway_instance_serves_a_session_by_forwarding_to_the_one_holding_
     assert [r["value"] for r in poll(elsewhere, 10_000)["records"]] == ["c"]
     committed = httpx.post(f"{elsewhere}/commit", timeout=30)
     assert committed.json() == {"committed": [{"topic": topic, "partition": 0, "offset": 3}]}
+    waiting: list[httpx.Response] = []
+    waiter = threading.Thread(target=lambda: waiting.append(poll_answer(elsewhere, 30_000)))
+    waiter.start()
+    time.sleep(0.5)
+    started = time.monotonic()
     assert httpx.delete(elsewhere, timeout=30).status_code == 204
+    waiter.join(30)  # a poll waiting in a deleted session answers at once
+    assert time.monotonic() - started < 10 and waiting[0].status_code == 404, waiting[0].text
     gone = httpx.get(f"{gateways[0].url}/v1/sessions/{session_id}", timeout=10)
     assert gone.status_code == 404 and gone.json()["error"]["code"] == "UNKNOWN_SESSION"
     # An id naming a host that is not one of the deployment's instances is not forwarded anywhere.

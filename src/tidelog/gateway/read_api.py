@@ -121,6 +121,8 @@ class ReadApi:
                     raise bad_request(str(exc)) from None
                 async with session.poll_lock:  # one poll at a time per session: batches keep their order
                     records = await session.poll(asked.wait_ms / 1000, asked.max_records, asked.max_bytes)
+                if not records and session.closed:
+                    raise _unknown(session_id)  # deleted while the poll waited
                 if not records and not session.alive:
                     raise unavailable(f"the session's consumer stopped ({session.error}); open a new session")
         except UnknownSession:

@@ -151,7 +151,13 @@ class ReadSession:
     def close(self, timeout: float = 15.0) -> None:
         """Leave the group (the partitions go to the group's other readers at once) and stop the thread."""
         self._stop.set()
+        self._wake()  # a waiting poll answers now
         self._thread.join(timeout)
+
+    @property
+    def closed(self) -> bool:
+        """Closed by the gateway (deleted, expired, stopping), as opposed to its consumer failing."""
+        return self._stop.is_set()
 
     @property
     def alive(self) -> bool:
@@ -178,6 +184,7 @@ class ReadSession:
             log.exception("read session %s stopped", self.id)
             self.error = "the session's consumer stopped; see the gateway's log"
         finally:
+            self._wake()
             try:
                 _leave(consumer)
             finally:
