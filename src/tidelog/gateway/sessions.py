@@ -29,6 +29,7 @@ import base64
 import binascii
 import contextlib
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -40,6 +41,7 @@ from tidelog.observability.registry import MetricFamily, Registry
 
 log = logging.getLogger(__name__)
 SWEEP_S = 0.2
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def new_session_id(instance_url: str) -> str:
@@ -49,10 +51,10 @@ def new_session_id(instance_url: str) -> str:
 def instance_of(session_id: str) -> str | None:
     """The URL of the instance that opened the session, as its id says (None if it says nothing)."""
     head, dot, _ = session_id.partition(".")
-    if not dot or not head:
+    if not dot or not _BASE64URL.fullmatch(head):
         return None
     try:
-        return base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)).decode()
+        return base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)).decode() or None
     except (binascii.Error, ValueError):
         return None
 
