@@ -226,7 +226,7 @@ def test_a_long_poll_answers_as_soon_as_a_record_arrives(
 def test_a_session_nobody_polls_buffers_a_bounded_amount_and_loses_nothing(
         gateways: list[GatewayProcess], read_broker: BrokerProcess, sessions: Sessions, group: str) -> None:
     topic = create_topic(read_broker.bootstrap, unique_topic("reads"), 1)
-    values = [b"%06d" % i + b"x" * 1018 for i in range(3000)]  # 3 MiB, twelve times the buffer
+    values = [b"%06d" % i + b"x" * 1018 for i in range(1500)]  # 1.5 MiB, six times the buffer
     produce_all(producer(read_broker.bootstrap), topic, values)
     url = sessions.open(gateways[0], group, [topic])
     wait_until(lambda: httpx.get(url, timeout=10).json()["bufferedBytes"] >= BUFFER_BYTES, timeout=20,
