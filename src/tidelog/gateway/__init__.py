@@ -14,8 +14,9 @@ A process of its own (``tidelog gateway``) that reaches the cluster only through
 - ``budget``: back-pressure, a bounded budget of bytes in flight;
 - ``topics``: partition counts, the state topic;
 - ``service``: the core on the event loop; ``api``: the routes; ``app``: assembly and run;
-- pull reads: ``read_model`` (requests and record JSON, pure), ``reader`` (one session's consumer
-  thread and bounded buffer), ``sessions`` (limits, expiry; the design), ``read_api`` (the routes).
+- pull reads: ``read_model`` (requests and record JSON, pure), ``read_consumer`` (the Kafka consumer's
+  settings and librdkafka workarounds), ``reader`` (one session's consumer thread and bounded buffer),
+  ``sessions`` (limits, expiry, session ids; the design), ``read_api`` (the routes, forwarding).
 
 Design and API: docs/gateway.md.
 """
