@@ -292,6 +292,22 @@ def test_a_stopping_gateway_answers_its_long_polls_and_its_sessions_leave_the_gr
     wait_until(lambda: assignment(stays) == {0, 1}, timeout=20, interval=0.2, message="partitions moved")
 
 
+def test_a_session_reads_a_topic_from_every_data_centre_or_from_those_named(
+        gateways: list[GatewayProcess], read_broker: BrokerProcess, sessions: Sessions, group: str) -> None:
+    name = unique_topic("reads")
+    for topic in (name, f"dc1.{name}", f"dc2.{name}"):
+        create_topic(read_broker.bootstrap, topic, 1)
+        produce_all(producer(read_broker.bootstrap), topic, [topic.encode()])
+    every = sessions.open(gateways[0], group, [name], dataCentres="*")
+    assert sorted(r["value"] for r in drain(every, 2)) == [f"dc1.{name}", f"dc2.{name}"]
+    create_topic(read_broker.bootstrap, f"dc3.{name}", 1)  # a data centre that comes later is read too
+    produce_all(producer(read_broker.bootstrap), f"dc3.{name}", [b"late"])
+    assert [r["value"] for r in drain(every, 1, timeout=30)] == ["late"]
+    assert poll(every, 500)["records"] == []  # never the unprefixed topic
+    one = sessions.open(gateways[1], f"{group}-dc2", [name], dataCentres=["dc2"])
+    assert [r["topic"] for r in drain(one, 1)] == [f"dc2.{name}"]
+
+
 def test_raw_lines_and_base64_for_values_that_are_not_text(
         gateways: list[GatewayProcess], read_broker: BrokerProcess, sessions: Sessions, group: str) -> None:
     topic = create_topic(read_broker.bootstrap, unique_topic("reads"), 1)

@@ -80,7 +80,7 @@ class ReadApi:
         except InvalidRequest as exc:
             raise bad_request(str(exc)) from None
         try:
-            for topic in parsed.topics:
+            for topic in parsed.named_topics:
                 await self.gateway.topics.partition_count(topic)
             session = await self.sessions.create(parsed, principal_of(request.scope))
         except UnknownTopic as exc:

@@ -21,11 +21,15 @@ from tidelog.gateway.read_model import Delivered, SessionRequest
 
 log = logging.getLogger(__name__)
 CONSUME_BATCH = 500
+PATTERN_REFRESH_MS = 5_000
 
 
 def consumer_config(config: GatewayConfig, session_id: str, request: SessionRequest, buffer_bytes: int) -> dict[str, Any]:
     fetch_bytes = min(max(buffer_bytes, 1_000_000), 64 * 1024 * 1024)
+    patterns = len(request.named_topics) < len(request.topics)
     return config.kafka_config(**{
+        # A pattern picks up a new data centre's topic at the next metadata refresh (5 min by default; here 5 s).
+        **({"topic.metadata.refresh.interval.ms": PATTERN_REFRESH_MS} if patterns else {}),
         "group.id": request.group,
         "client.id": f"tidelog-gateway-read-{session_id.rpartition('.')[2]}",
         "enable.auto.commit": False,

@@ -1,7 +1,11 @@
 """What a pull-read request says, parsed and checked; and how a record is answered. Pure.
 
 - ``POST /v1/sessions`` body: ``{"group": G, "topics": [T, ...], "timeoutMs": N,
-  "autoOffsetReset": "earliest"|"latest"}`` (``timeoutMs`` and ``autoOffsetReset`` optional);
+  "autoOffsetReset": "earliest"|"latest", "dataCentres": "*"|[DC, ...]}`` (all but ``group`` and
+  ``topics`` optional). Without ``dataCentres`` topics are read as named; with a list, ``T`` means
+  ``<DC>.T`` for each DC listed; with ``"*"``, ``T`` means every ``<DC>.T`` there is or will be (a
+  regular-expression subscription, ``^[A-Za-z0-9-][A-Za-z0-9_-]*\\.T$``: a DC name has no dot and
+  does not start with ``_``, so no internal topic can match);
 - ``GET /v1/sessions/{id}/records`` query: ``waitMs`` (0 to ``MAX_WAIT_MS``), ``maxRecords``
   (1 to ``MAX_RECORDS``), ``maxBytes`` (1 to the session's buffer), ``format`` (``json`` or ``raw``);
 - ``POST /v1/sessions/{id}/commit`` body: empty (commit everything this session has delivered) or
@@ -31,15 +35,26 @@ MAX_RECORDS = 10_000
 DEFAULT_RECORDS = 500
 MIN_TIMEOUT_MS = 500
 MAX_TIMEOUT_MS = 3_600_000
+_DC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _GROUP_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:")
 
 
 @dataclass(frozen=True)
 class SessionRequest:
     group: str
-    topics: tuple[str, ...]
+    topics: tuple[str, ...]  # the subscription: topic names, or patterns starting with '^'
     timeout_ms: int
     auto_offset_reset: str
+
+    @property
+    def named_topics(self) -> tuple[str, ...]:
+        """The topics named outright (which must exist); patterns match what there is."""
+        return tuple(t for t in self.topics if not t.startswith("^"))
+
+
+def dc_pattern(topic: str) -> str:
+    """Every ``<dc>.<topic>``, as a librdkafka (POSIX extended) regular expression."""
+    return "^[A-Za-z0-9-][A-Za-z0-9_-]*\\." + topic.replace(".", "\\.") + "$"
 
 
 @dataclass(frozen=True)
@@ -107,7 +122,7 @@ def parse_session(body: bytes, *, default_timeout_ms: int, own_group: str, state
         raise InvalidRequest(f"the body is not JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise InvalidRequest("the body must be a JSON object with 'group' and 'topics'")
-    unknown = set(obj) - {"group", "topics", "timeoutMs", "autoOffsetReset"}
+    unknown = set(obj) - {"group", "topics", "timeoutMs", "autoOffsetReset", "dataCentres"}
     if unknown:
         raise InvalidRequest(f"unknown fields {sorted(unknown)}")
     topics = obj.get("topics")
@@ -121,7 +136,25 @@ def parse_session(body: bytes, *, default_timeout_ms: int, own_group: str, state
     if reset not in ("earliest", "latest"):
         raise InvalidRequest("autoOffsetReset must be 'earliest' or 'latest'")
     timeout = _int(obj.get("timeoutMs", default_timeout_ms), "timeoutMs", MIN_TIMEOUT_MS, MAX_TIMEOUT_MS)
-    return SessionRequest(check_group(obj.get("group"), own_group), tuple(dict.fromkeys(topics)), timeout, reset)
+    subscription = _with_data_centres(topics, obj.get("dataCentres"), state_topic)
+    return SessionRequest(check_group(obj.get("group"), own_group), tuple(dict.fromkeys(subscription)), timeout,
+                          reset)
+
+
+def _with_data_centres(topics: list[str], centres: object, state_topic: str) -> list[str]:
+    if centres is None:
+        return topics
+    if centres == "*":
+        return [dc_pattern(t) for t in topics]
+    if not isinstance(centres, list) or not 0 < len(centres) <= MAX_TOPICS \
+            or not all(isinstance(dc, str) and dc and set(dc) <= _DC_CHARS for dc in centres):
+        raise InvalidRequest("dataCentres must be \"*\" or a list of data-centre names (letters, digits, '_', '-')")
+    named = [f"{dc}.{t}" for dc in centres for t in topics]
+    for topic in named:
+        check_topic(topic)
+        if topic == state_topic:
+            raise InvalidRequest(f"topic {topic!r} is the gateway's state topic")
+    return named
 
 
 def parse_poll(query: Mapping[str, str], *, buffer_bytes: int, accept: str = "") -> PollRequest:

@@ -89,3 +89,16 @@ def test_record_json_keeps_text_as_text_and_other_bytes_as_base64() -> None:
 def test_raw_lines_end_each_value_with_a_newline() -> None:
     records = [Delivered("t", 0, i, 0, None, value, ()) for i, value in enumerate([b"a", None, b"c"])]
     assert raw_lines(records) == b"a\n\nc\n"
+
+
+def test_data_centres_turn_a_topic_into_prefixed_names_or_a_pattern() -> None:
+    named = session({"group": "g", "topics": ["logs"], "dataCentres": ["dc1", "dc2"]})
+    assert named.topics == named.named_topics == ("dc1.logs", "dc2.logs")
+    every = session({"group": "g", "topics": ["web.logs"], "dataCentres": "*"})
+    assert every.topics == ("^[A-Za-z0-9-][A-Za-z0-9_-]*\\.web\\.logs$",) and every.named_topics == ()
+
+
+@pytest.mark.parametrize("centres", [[], ["dc.1"], "dc1", [""], [5]])
+def test_bad_data_centres_are_refused(centres: Any) -> None:
+    with pytest.raises(InvalidRequest, match="dataCentres"):
+        session({"group": "g", "topics": ["logs"], "dataCentres": centres})
