@@ -3,15 +3,18 @@ exactly-once per source must hold there too.
 
 Against the reference Kafka of the compat tier (``reference_kafka``): duplicates are skipped across
 a gateway kill -9 and restart, and a stream through two instances, one of them killed mid-stream,
-lands exactly once (read_committed checker).
+lands exactly once (read_committed checker); pull reads: two read sessions of one group split the
+partitions, and a new session resumes from what the first committed.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from pathlib import Path
 
+import httpx
 from compat_harness.kafka import ReferenceKafka
 
 from helpers.clients import create_topic
@@ -59,3 +62,42 @@ def test_gateway_on_kafka_stream_through_two_instances_lands_exactly_once(refere
         first.close()
         second.close()
     assert check_exactly_once(bootstrap, topic, 3, 10, 30) == 10 * 30 * 2
+
+
+def test_gateway_on_kafka_read_sessions_share_a_group_and_resume_from_commits(reference_kafka: ReferenceKafka,
+                                                                            tmp_path: Path) -> None:
+    bootstrap = _bootstrap(reference_kafka)
+    topic = create_topic(bootstrap, f"gw-read-{uuid.uuid4().hex[:8]}", 2)
+    group = f"readers-{uuid.uuid4().hex[:8]}"
+    with GatewayProcess(tmp_path, bootstrap) as gateway:
+        for source in ("a", "b", "c", "d"):  # four sources spread over both partitions
+            assert write_json(gateway.url, topic, source, [(1, [f"{source}1", f"{source}2"])]).status_code == 200
+
+        def open_session() -> str:
+            answer = httpx.post(f"{gateway.url}/v1/sessions", timeout=30,
+                                json={"group": group, "topics": [topic], "autoOffsetReset": "earliest"})
+            assert answer.status_code == 201, answer.text
+            url: str = answer.json()["url"]
+            return url
+
+        def held(url: str) -> set[int]:
+            return {a["partition"] for a in httpx.get(url, timeout=30).json()["assignment"]}
+
+        first, second = open_session(), open_session()
+        deadline = time.monotonic() + 30
+        while not (held(first) and held(second)):
+            assert time.monotonic() < deadline, "two sessions of one group did not split the partitions"
+            time.sleep(0.2)
+        assert held(first) | held(second) == {0, 1} and not held(first) & held(second)
+        got = httpx.get(f"{first}/records", params={"waitMs": 10_000}, timeout=30).json()["records"]
+        assert got and {r["partition"] for r in got} <= held(first)
+        assert httpx.post(f"{first}/commit", timeout=30).status_code == 200
+        for url in (first, second):
+            assert httpx.delete(url, timeout=30).status_code == 204
+        resumed = open_session()  # holds both partitions now: only what was not committed comes again
+        values: list[str] = []
+        deadline = time.monotonic() + 30
+        while len(values) < 8 - len(got) and time.monotonic() < deadline:
+            values += [r["value"] for r in httpx.get(f"{resumed}/records", params={"waitMs": 1000},
+                                                     timeout=30).json()["records"]]
+        assert sorted(values) == sorted({f"{s}{i}" for s in "abcd" for i in (1, 2)} - {r["value"] for r in got})

@@ -35,7 +35,7 @@ def tls_gateway(pki: Pki, secure_broker: BrokerProcess, tmp_path_factory: pytest
     workdir = tmp_path_factory.mktemp("tls-gateway")
     server = pki.server()
     tokens = workdir / "tokens"
-    tokens.write_text("# token principal\ns3cret-alice User:alice\n")
+    tokens.write_text("# token principal\ns3cret-alice User:alice\ns3cret-bob User:bob\n")
     settings = {"gateway.ssl.certfile": server.cert, "gateway.ssl.keyfile": server.key,
                 "gateway.auth.tokens.file": tokens}
     with GatewayProcess(workdir, secure_broker.bootstrap, settings).start(verify=trusting(pki)) as gateway:
@@ -58,6 +58,27 @@ def test_tls_listener_speaks_http2_and_requires_a_known_bearer_token(tls_gateway
         ok = client.post(url, json=body, headers={"authorization": "Bearer s3cret-alice"})
         assert ok.status_code == 200, ok.text
         assert ok.http_version == "HTTP/2"
+
+
+def test_a_read_session_serves_only_the_principal_that_opened_it(tls_gateway: GatewayProcess, pki: Pki,
+                                                                 secure_broker: BrokerProcess) -> None:
+    topic = create_topic(secure_broker.bootstrap, unique_topic())
+    alice, bob = ({"authorization": f"Bearer s3cret-{name}"} for name in ("alice", "bob"))
+    with httpx.Client(verify=trusting(pki), http2=True, timeout=30) as client:
+        opened = client.post(f"{tls_gateway.url}/v1/sessions", headers=alice,
+                             json={"group": "alice-readers", "topics": [topic], "autoOffsetReset": "earliest"})
+        assert opened.status_code == 201, opened.text
+        url = opened.json()["url"]
+        assert url.startswith("https://")
+        written = client.post(f"{tls_gateway.url}/v1/topics/{topic}/write", headers=alice,
+                              json={"sourceId": "s", "chunks": [{"seqno": 1, "records": [{"value": "v"}]}]})
+        assert written.status_code == 200, written.text
+        assert client.get(f"{url}/records", params={"waitMs": 10_000}).status_code == 401
+        assert client.get(f"{url}/records", params={"waitMs": 10_000}, headers=bob).status_code == 404
+        polled = client.get(f"{url}/records", params={"waitMs": 10_000}, headers=alice)
+        assert [r["value"] for r in polled.json()["records"]] == ["v"] and polled.http_version == "HTTP/2"
+        assert client.delete(url, headers=bob).status_code == 404
+        assert client.delete(url, headers=alice).status_code == 204
 
 
 def test_plaintext_client_cannot_talk_to_the_tls_listener(tls_gateway: GatewayProcess) -> None:

@@ -27,7 +27,7 @@ examples:
 
 
 def add_parser(sub: Any) -> None:
-    parser = sub.add_parser("gateway", help="run the HTTP gateway (exactly-once writes per source)",
+    parser = sub.add_parser("gateway", help="run the HTTP gateway (exactly-once writes per source, pull reads)",
                             description="Run the HTTP gateway in front of a Kafka cluster (tidelog or Apache Kafka).",
                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", nargs="?", help="properties file (gateway.*, bootstrap.servers, kafka.*)")

@@ -1,4 +1,5 @@
-"""The HTTP gateway (L4): exactly-once writes per source over HTTP, to any Kafka cluster.
+"""The HTTP gateway (L4): exactly-once writes per source over HTTP, and pull reads through consumer
+groups, to and from any Kafka cluster.
 
 A process of its own (``tidelog gateway``) that reaches the cluster only through the Kafka protocol
 (confluent-kafka), so it fronts tidelog and Apache Kafka alike. Modules, from pure to shell:
@@ -12,7 +13,10 @@ A process of its own (``tidelog gateway``) that reaches the cluster only through
 - ``router``: a shard's owner URL, from the group's description;
 - ``budget``: back-pressure, a bounded budget of bytes in flight;
 - ``topics``: partition counts, the state topic;
-- ``service``: the core on the event loop; ``api``: the routes; ``app``: assembly and run.
+- ``service``: the core on the event loop; ``api``: the routes; ``app``: assembly and run;
+- pull reads: ``read_model`` (requests and record JSON, pure), ``read_consumer`` (the Kafka consumer's
+  settings and librdkafka workarounds), ``reader`` (one session's consumer thread and bounded buffer),
+  ``sessions`` (limits, expiry, session ids; the design), ``read_api`` (the routes, forwarding).
 
 Design and API: docs/gateway.md.
 """

@@ -1,11 +1,12 @@
 """Assemble and run one gateway instance: the core (``service``), its routes (``api``), the shared
-web stack (``tidelog.web``), until a stop event is set.
+web stack (``tidelog.web``), and the pull-read sessions (``sessions``, ``read_api``), until a stop
+event is set.
 
 Start-up order: the state topic is created or checked (a mismatch stops the process with a message),
 the instance joins the ownership group, then the HTTP listener opens; ``/readyz`` answers 200 once
 the instance is in the group and every shard it was given has been fenced and loaded. Shutdown: the
-listener stops taking requests and drains, the instance leaves the group (its writers finish their
-transaction in progress), and the process exits.
+listener stops taking requests and drains, the read sessions leave their groups, the instance leaves
+the ownership group (its writers finish their transaction in progress), and the process exits.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import httpx
 
 from tidelog.gateway.api import GatewayApi
 from tidelog.gateway.config import GatewayConfig
+from tidelog.gateway.read_api import ReadApi
 from tidelog.gateway.service import Gateway
+from tidelog.gateway.sessions import Sessions
 from tidelog.observability.registry import Registry
 from tidelog.web.app import create_app
 from tidelog.web.auth import load_tokens
@@ -43,13 +46,22 @@ async def run(config: GatewayConfig, stop: asyncio.Event) -> None:
     registry = Registry()
     tokens = load_tokens(config.auth_tokens_file) if config.auth_tokens_file is not None else None
     gateway = Gateway(config, registry)
+    sessions = Sessions(config, registry)
     async with peer_client(config) as http:
-        api = GatewayApi(gateway, http)
-        app = create_app(api.routes(), registry=registry, readiness=[("shards", gateway.readiness)], tokens=tokens)
+        routes = GatewayApi(gateway, http).routes() + ReadApi(gateway, sessions, http).routes()
+        app = create_app(routes, registry=registry, readiness=[("shards", gateway.readiness)], tokens=tokens)
         await gateway.start()
+        sessions.start()
         log.info("gateway %s: group %s, state topic %s (%d shards), cluster %s", config.url, config.group_id,
                  config.state_topic, config.state_partitions, config.bootstrap_servers)
+        async def interrupt_polls() -> None:
+            await stop.wait()
+            sessions.interrupt()
+
+        interrupter = asyncio.get_running_loop().create_task(interrupt_polls())
         try:
             await serve(app, config.listener(), stop)
         finally:
+            interrupter.cancel()
+            await sessions.stop()
             await gateway.stop()

@@ -63,6 +63,9 @@ class GatewayConfig:
     backpressure_wait_ms: int = 1_000
     request_timeout_ms: int = 30_000
     txn_max_requests: int = 64
+    read_sessions_max: int = 100
+    read_session_max_bytes: int = 4 * 1024 * 1024
+    read_session_timeout_ms: int = 30_000
     staged_dir: Path = Path("gateway-spool")
     staged_expiry_ms: int = 600_000
     headers: Headers = field(default_factory=Headers)
@@ -93,6 +96,15 @@ def _positive(name: str) -> Callable[[str], int]:
         value = int(text)
         if value <= 0:
             raise ValueError(f"must be positive, got {value}")
+        return value
+    return parse
+
+
+def _bounded(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if not low <= value <= high:
+            raise ValueError(f"must be from {low} to {high}, got {value}")
         return value
     return parse
 
@@ -141,6 +153,9 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "gateway.backpressure.wait.ms": ("backpressure_wait_ms", lambda t: max(0, int(t))),
     "gateway.request.timeout.ms": ("request_timeout_ms", _positive("ms")),
     "gateway.txn.max.requests": ("txn_max_requests", _positive("requests")),
+    "gateway.read.sessions.max": ("read_sessions_max", _positive("sessions")),
+    "gateway.read.session.max.bytes": ("read_session_max_bytes", _positive("bytes")),
+    "gateway.read.session.timeout.ms": ("read_session_timeout_ms", _bounded(500, 3_600_000)),
     "gateway.staged.dir": ("staged_dir", Path),
     "gateway.staged.expiry.ms": ("staged_expiry_ms", _positive("ms")),
 }

@@ -4,7 +4,8 @@ Each instance joins the ownership group with ``client.id`` set to its advertised
 (``membership``), so describing the group (DescribeGroups, through confluent-kafka's admin client)
 maps every assigned state partition to the URL of the instance serving it. Answers are cached for
 ``ttl_s``; a miss (no owner: a rebalance is in progress) is never cached, so the next request asks
-again. This works against any Kafka cluster: nothing but the group protocol is used.
+again. ``is_instance`` tells whether a URL is a member's (the group's instances are the only
+places a request is forwarded to). This works against any Kafka cluster: nothing but the group protocol is used.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ class Router:
         self.state_topic = state_topic
         self.ttl_s = ttl_s
         self._owners: dict[int, str] = {}
+        self._members: set[str] = set()
         self._fetched_at = 0.0
 
-    def _describe(self) -> dict[int, str]:
+    def _describe(self) -> tuple[dict[int, str], set[str]]:
         future = self.admin.describe_consumer_groups([self.group_id], request_timeout=5)[self.group_id]
         description = future.result()
         owners: dict[int, str] = {}
@@ -37,14 +39,27 @@ class Router:
             for tp in assignment.topic_partitions if assignment is not None else []:
                 if tp.topic == self.state_topic:
                     owners[tp.partition] = member.client_id
-        return owners
+        return owners, {member.client_id for member in description.members}
+
+    async def _refresh(self) -> bool:
+        try:
+            self._owners, self._members = await asyncio.to_thread(self._describe)
+        except KafkaException as exc:
+            log.warning("describing group %s: %s", self.group_id, exc)
+            return False
+        self._fetched_at = time.monotonic()
+        return True
+
+    def _stale(self) -> bool:
+        return time.monotonic() - self._fetched_at > self.ttl_s
 
     async def owner(self, shard: int, *, refresh: bool = False) -> str | None:
-        if refresh or shard not in self._owners or time.monotonic() - self._fetched_at > self.ttl_s:
-            try:
-                self._owners = await asyncio.to_thread(self._describe)
-                self._fetched_at = time.monotonic()
-            except KafkaException as exc:
-                log.warning("describing group %s: %s", self.group_id, exc)
-                return None
+        if (refresh or shard not in self._owners or self._stale()) and not await self._refresh():
+            return None
         return self._owners.get(shard)
+
+    async def is_instance(self, url: str) -> bool:
+        """Whether ``url`` is the advertised URL of an instance in the group now (forwarding goes only there)."""
+        if (url not in self._members or self._stale()) and not await self._refresh():
+            return False
+        return url in self._members

@@ -19,6 +19,12 @@ def test_settings_are_parsed_and_kafka_properties_pass_through() -> None:
                                                         "group.id": "g"}
 
 
+def test_read_session_settings_have_kafka_style_names() -> None:
+    config = parse_config({"gateway.read.sessions.max": "7", "gateway.read.session.max.bytes": "65536",
+                           "gateway.read.session.timeout.ms": "2000"})
+    assert (config.read_sessions_max, config.read_session_max_bytes, config.read_session_timeout_ms) == (7, 65536, 2000)
+
+
 def test_without_a_data_centre_topics_are_written_as_named() -> None:
     assert parse_config({}).data_topic("logs") == "logs"
 
@@ -29,6 +35,8 @@ def test_without_a_data_centre_topics_are_written_as_named() -> None:
     ({"gateway.state.partitions": "0"}, "gateway.state.partitions"),
     ({"gateway.max.inflight.bytes": "lots"}, "gateway.max.inflight.bytes"),
     ({"gateway.dc": "dc/1"}, "gateway.dc"),
+    ({"gateway.read.sessions.max": "0"}, "gateway.read.sessions.max"),
+    ({"gateway.read.session.timeout.ms": "100"}, "gateway.read.session.timeout.ms"),
     ({"gateway.ssl.certfile": "c.pem"}, "key file"),
     ({"gateway.ssl.client.auth": "required"}, "gateway.ssl"),
 ])
