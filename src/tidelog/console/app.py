@@ -31,6 +31,7 @@ from tidelog.console.charts import BrokerCharts
 from tidelog.console.config import ConsoleConfig
 from tidelog.console.kafka import KafkaView
 from tidelog.console.pages import Pages
+from tidelog.console.platform import PlatformView
 from tidelog.console.sampler import LagSampler
 from tidelog.console.scrape import Scraper
 from tidelog.observability.registry import Registry
@@ -110,7 +111,8 @@ def build(config: ConsoleConfig, http: httpx.AsyncClient, *, secret: bytes | Non
     auth = Authenticator(config.users_file, secret, config.session_max_age_s)
     scraper = Scraper(config.metrics_urls)
     charts = BrokerCharts(config, scraper)
-    pages = Pages(config, view, sampler, auth, scraper, http, charts)
+    platform = PlatformView(config, view)
+    pages = Pages(config, view, sampler, auth, scraper, http, charts, platform)
     burrow = BurrowApi(config.cluster_name, sampler, view)
 
     def cluster_ready() -> tuple[bool, str]:
@@ -123,6 +125,7 @@ def build(config: ConsoleConfig, http: httpx.AsyncClient, *, secret: bytes | Non
                      readiness=[("cluster", cluster_ready), ("sampler", sampler_ready)])
     app.add_middleware(SessionGate, auth=auth)
     app.state.charts = charts
+    app.state.platform = platform
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per scrape otherwise
     if not auth.enabled:
         log.warning("console.users.file is not set: every visitor is an admin (use it on loopback only)")
@@ -151,3 +154,4 @@ async def run(config: ConsoleConfig, stop: asyncio.Event) -> None:
             stop.set()
             await sampling
             await charting
+            app.state.platform.close()
