@@ -55,9 +55,14 @@ class PlatformPages:
         return state, failure
 
     async def summary(self, request: Request) -> Response:
-        governor, governor_error = await self._part(self.platform.governor)
-        mirror, mirror_error = await self._mirror()
-        gateway, gateway_error = await self._part(self.platform.gateway)
+        _, error = await self._part(self.pages.view.cluster)
+        if error:  # one error for the three parts rather than three waits for an unreachable cluster
+            governor = mirror = gateway = None
+            governor_error = mirror_error = gateway_error = error
+        else:
+            governor, governor_error = await self._part(self.platform.governor)
+            mirror, mirror_error = await self._mirror()
+            gateway, gateway_error = await self._part(self.platform.gateway)
         return self.pages.render(request, "platform.html", governor=governor, governor_error=governor_error,
                                  mirror=mirror, mirror_error=mirror_error, gateway=gateway,
                                  gateway_error=gateway_error, panels=await self._endpoints())
