@@ -94,7 +94,8 @@ class LagSampler:
             self.moved_at.pop(key, None)
         for group_id in [g for g in self.history if g not in committed and g not in unread]:
             del self.history[group_id]
-        self.timestamps = {k: v for k, v in self.timestamps.items() if k in set(lagging)}
+        still = set(lagging)
+        self.timestamps = {k: v for k, v in self.timestamps.items() if k in still}
         self.results, self.groups = results, described
         self.polls += 1
         self.last_poll_s = time.perf_counter() - started
@@ -107,11 +108,12 @@ class LagSampler:
     def _evaluate(self, group_id: str, offsets: dict[tuple[str, int], int], ends: dict[tuple[str, int], int],
                   info: GroupInfo | None, now_ms: int) -> GroupResult:
         parts = []
+        owners = {tp: m for m in reversed(info.members) for tp in m.assignment} if info is not None else {}
         for (topic, partition), offset in sorted(offsets.items()):
             key = (group_id, topic, partition)
             end = ends.get((topic, partition))
             lag = max(0, end - offset) if end is not None else 0
-            owner = info.owner_of((topic, partition)) if info is not None else None
+            owner = owners.get((topic, partition))
             seen = self.moved_at.get(key)
             if seen is None or seen[0] != offset:
                 seen = self.moved_at[key] = (offset, now_ms)
