@@ -106,7 +106,10 @@ def build(config: ConsoleConfig, http: httpx.AsyncClient, *, secret: bytes | Non
           ) -> tuple[Starlette, LagSampler]:
     registry = Registry()
     view = KafkaView(config)
-    sampler = LagSampler(config, view, lambda positions: messages.timestamp_at(config, positions))
+    # The sampler gets a client (and so a connection) of its own: a broker answers one connection's
+    # requests in order, and a poll's thousands of OffsetFetch and a 10,000-partition ListOffsets
+    # would otherwise hold every page's small requests behind them.
+    sampler = LagSampler(config, KafkaView(config), lambda positions: messages.timestamp_at(config, positions))
     registry.add_collector(sampler.collect)
     auth = Authenticator(config.users_file, secret, config.session_max_age_s)
     scraper = Scraper(config.metrics_urls)
@@ -126,6 +129,7 @@ def build(config: ConsoleConfig, http: httpx.AsyncClient, *, secret: bytes | Non
     app.add_middleware(SessionGate, auth=auth)
     app.state.charts = charts
     app.state.platform = platform
+    app.state.browsers = pages.browsers
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per scrape otherwise
     if not auth.enabled:
         log.warning("console.users.file is not set: every visitor is an admin (use it on loopback only)")
@@ -155,3 +159,4 @@ async def run(config: ConsoleConfig, stop: asyncio.Event) -> None:
             await sampling
             await charting
             app.state.platform.close()
+            app.state.browsers.close()

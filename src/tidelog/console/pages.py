@@ -61,6 +61,7 @@ class Pages:
                  scraper: Scraper, http: httpx.AsyncClient, charts: BrokerCharts, platform: PlatformView) -> None:
         self.config = config
         self.platform = PlatformPages(self, platform)
+        self.browsers = messages.ConsumerPool(config)
         self.view = view
         self.sampler = sampler
         self.auth = auth
@@ -382,7 +383,8 @@ class Pages:
             filtering = bool(filters.key or filters.header or filters.contains)
             first = messages.start_offset(low, high, start, start_value, limit if not filtering else 1000, by_time)
             shown, scanned = await self.call(lambda: messages.browse(
-                self.config, name, partition, first, high, limit=limit, filters=filters, fmt=fmt))
+                self.config, name, partition, first, high, limit=limit, filters=filters, fmt=fmt,
+                pool=self.browsers))
         except ValueError as exc:
             error = str(exc)
         except KafkaFailure as exc:

@@ -59,10 +59,9 @@ class PlatformPages:
         if error:  # one error for the three parts rather than three waits for an unreachable cluster
             governor = mirror = gateway = None
             governor_error = mirror_error = gateway_error = error
-        else:
-            governor, governor_error = await self._part(self.platform.governor)
-            mirror, mirror_error = await self._mirror()
-            gateway, gateway_error = await self._part(self.platform.gateway)
+        else:  # each part has its own consumer: read the three together
+            (governor, governor_error), (mirror, mirror_error), (gateway, gateway_error) = await asyncio.gather(
+                self._part(self.platform.governor), self._mirror(), self._part(self.platform.gateway))
         return self.pages.render(request, "platform.html", governor=governor, governor_error=governor_error,
                                  mirror=mirror, mirror_error=mirror_error, gateway=gateway,
                                  gateway_error=gateway_error, panels=await self._endpoints())
