@@ -108,7 +108,10 @@ class ConsumerPool:
                 return self._idle.pop()
         return Consumer(self.config.kafka_config(**{
             "group.id": f"tidelog-console-browse-{uuid.uuid4().hex}", "enable.auto.commit": False,
-            "enable.partition.eof": True, "client.id": "tidelog-console"}))
+            "enable.partition.eof": True, "client.id": "tidelog-console",
+            # a fetch left waiting at the end of an earlier browse's partition holds the connection's
+            # next request (the next browse's) for up to this long: keep it short
+            "fetch.wait.max.ms": 50}))
 
     def give_back(self, consumer: Consumer, healthy: bool) -> None:
         if healthy:

@@ -99,7 +99,7 @@ class PlatformPages:
 
     def _table(self, request: Request, template: str, rows: Any, keys: dict[str, Callable[[Any], Any]],
                default: str, match: Callable[[Any, str], bool], **context: Any) -> Response:
-        from tidelog.console.pages import _paginate, _url_with
+        from tidelog.console.pages import _paginate, _url_with  # pages imports this module: import late
         q = request.query_params.get("q", "").strip()
         sort = request.query_params.get("sort", default)
         desc = request.query_params.get("desc") == "1"
