@@ -55,6 +55,13 @@ def page(console: ConsoleProcess, path: str) -> str:
     return answer.text
 
 
+def page_once(console: ConsoleProcess, path: str, wanted: str) -> str:
+    """The page once it shows ``wanted``: the console's metadata is refreshed in the background, so a
+    topic made a moment ago may take a refresh (``console.metadata.max.age.ms``) to appear."""
+    return wait_until(lambda: (lambda html: html if wanted in html else None)(page(console, path)),
+                      timeout=20, interval=0.5, message=f"{wanted!r} on {path}")
+
+
 def rows(html: str, table: str) -> list[list[str]]:
     """The cells' text of each body row of the table with id ``table``."""
     body = html.split(f'<table id="{table}"', 1)[1].split("<tbody>", 1)[1].split("</tbody>", 1)[0]
@@ -89,7 +96,7 @@ def test_governor_panel_shows_control_the_plan_with_each_move_state_and_the_last
     store.write("plan", {"id": "plan-7f3a", "createdMs": 1796230000000, "reason": "rebalance",
                          "throttle": 10485760, "moves": [m.to_json() for m in moves], "cancelled": [[topic, 2]]})
 
-    summary = page(console, "/platform")
+    summary = page_once(console, "/platform", '<b id="governor-plan">')
     assert '<b id="governor-mode">paused</b><span>by operator</span>' in summary
     assert '<b id="governor-plan">plan-7f3a</b>' in summary
     html = page(console, "/platform/governor")
@@ -186,7 +193,7 @@ def test_gateway_panel_lists_every_source_with_its_last_seqno_and_skips_a_bad_re
     bad.produce(state_topic, key=b"not json", value=b"{}", partition=0)
     assert bad.flush(10) == 0
 
-    html = page(console, "/platform/gateway")
+    html = page_once(console, "/platform/gateway", "State topic")
     assert f"State topic <code>{state_topic}</code>, 4 shards." in html and "1 unreadable records" in html
     assert "55 sources · page 1 of 2" in html and len(rows(html, "sources")) == 50
     one = rows(page(console, "/platform/gateway?q=sensor-07"), "sources")
