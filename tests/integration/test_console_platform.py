@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -203,3 +204,33 @@ def test_gateway_panel_lists_every_source_with_its_last_seqno_and_skips_a_bad_re
     assert all(r[3] in ("0", "1") and r[4] in ("0", "1", "2", "3") for r in top)
     summary = page(console, "/platform")
     assert '<b id="gateway-sources">55</b>' in summary
+
+
+def test_an_open_transaction_on_a_state_topic_shows_what_is_committed_without_waiting(
+        console: ConsoleProcess, platform_broker: BrokerProcess) -> None:
+    from tidelog.mirror.position import Checkpoint
+    bootstrap = platform_broker.bootstrap
+    link = unique_topic("txlink")
+    create_topic(bootstrap, f"__tidelog_mirror.{link}", 2)
+    writer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{link}-0"})
+    writer.init_transactions(15)
+
+    def checkpoint(topic: str, next_offset: int) -> None:
+        c = Checkpoint(topic, 0, next_offset, next_offset, 1796230000000, 1796230000000, [])
+        writer.produce(f"__tidelog_mirror.{link}", key=c.key, value=c.encode(), partition=0)
+
+    writer.begin_transaction()
+    checkpoint("committed", 5)
+    writer.commit_transaction(15)
+    writer.begin_transaction()
+    checkpoint("committed", 9)      # the transaction stays open: the page shows offset 5
+    checkpoint("in-flight", 7)
+    writer.flush(15)
+    html = page_once(console, f"/platform/mirror?q={link}", "committed-0")
+    started = time.monotonic()
+    shown = rows(page(console, f"/platform/mirror?q={link}"), "checkpoints")
+    assert time.monotonic() - started < 5  # not held until the reader's deadline
+    assert [(r[3], r[4]) for r in shown] == [("committed-0", "5")], html
+    writer.commit_transaction(15)
+    after = rows(page_once(console, f"/platform/mirror?q={link}", "in-flight-0"), "checkpoints")
+    assert sorted((r[3], r[4]) for r in after) == [("committed-0", "9"), ("in-flight-0", "7")]
