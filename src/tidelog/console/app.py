@@ -31,6 +31,7 @@ from tidelog.console.charts import BrokerCharts
 from tidelog.console.config import ConsoleConfig
 from tidelog.console.kafka import KafkaView
 from tidelog.console.pages import Pages
+from tidelog.console.platform import PlatformView
 from tidelog.console.sampler import LagSampler
 from tidelog.console.scrape import Scraper
 from tidelog.observability.registry import Registry
@@ -105,12 +106,16 @@ def build(config: ConsoleConfig, http: httpx.AsyncClient, *, secret: bytes | Non
           ) -> tuple[Starlette, LagSampler]:
     registry = Registry()
     view = KafkaView(config)
-    sampler = LagSampler(config, view, lambda positions: messages.timestamp_at(config, positions))
+    # The sampler gets a client (and so a connection) of its own: a broker answers one connection's
+    # requests in order, and a poll's thousands of OffsetFetch and a 10,000-partition ListOffsets
+    # would otherwise hold every page's small requests behind them.
+    sampler = LagSampler(config, KafkaView(config), lambda positions: messages.timestamp_at(config, positions))
     registry.add_collector(sampler.collect)
     auth = Authenticator(config.users_file, secret, config.session_max_age_s)
     scraper = Scraper(config.metrics_urls)
     charts = BrokerCharts(config, scraper)
-    pages = Pages(config, view, sampler, auth, scraper, http, charts)
+    platform = PlatformView(config, view)
+    pages = Pages(config, view, sampler, auth, scraper, http, charts, platform)
     burrow = BurrowApi(config.cluster_name, sampler, view)
 
     def cluster_ready() -> tuple[bool, str]:
@@ -123,6 +128,8 @@ def build(config: ConsoleConfig, http: httpx.AsyncClient, *, secret: bytes | Non
                      readiness=[("cluster", cluster_ready), ("sampler", sampler_ready)])
     app.add_middleware(SessionGate, auth=auth)
     app.state.charts = charts
+    app.state.platform = platform
+    app.state.browsers = pages.browsers
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per scrape otherwise
     if not auth.enabled:
         log.warning("console.users.file is not set: every visitor is an admin (use it on loopback only)")
@@ -151,3 +158,5 @@ async def run(config: ConsoleConfig, stop: asyncio.Event) -> None:
             stop.set()
             await sampling
             await charting
+            app.state.platform.close()
+            app.state.browsers.close()

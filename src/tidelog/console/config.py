@@ -10,7 +10,9 @@ look secret (``password``, ``secret``, ``key``) are never shown: ``redacted`` re
 Optional endpoints: ``console.metrics.urls`` (comma-separated brokers' Prometheus endpoints, for disk
 usage and byte rates, sampled every ``console.chart.interval.ms`` for the charts, whose history is
 ``console.chart.history.s`` long), ``console.gateway.url``, ``console.mirror.url``, ``console.governor.url``
-(their panels are shown only when set).
+(their readiness and metrics are shown only when set). The platform panels read the processes' state
+topics: ``console.governor.state.topic`` and ``console.gateway.state.topic`` name them when the
+processes were started with other names than their defaults; mirror links are found by name.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class ConsoleConfig:
     gateway_url: str = ""
     mirror_url: str = ""
     governor_url: str = ""
+    governor_state_topic: str = "__tidelog_governor"
+    gateway_state_topic: str = "__tidelog_gateway_state"
 
     def listener(self) -> ListenerConfig:
         return ListenerConfig(self.listen_host, self.listen_port, self.ssl_certfile, self.ssl_keyfile)
@@ -97,6 +101,12 @@ def _url(text: str) -> str:
     return _urls(text)[0] if text.strip() else ""
 
 
+def _topic(text: str) -> str:
+    if not text or len(text) > 249 or any(not (c.isalnum() or c in "._-") for c in text):
+        raise ValueError(f"not a topic name: {text!r}")
+    return text
+
+
 _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "console.cluster.name": ("cluster_name", str),
     "console.listen.host": ("listen_host", str),
@@ -118,6 +128,8 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "console.gateway.url": ("gateway_url", _url),
     "console.mirror.url": ("mirror_url", _url),
     "console.governor.url": ("governor_url", _url),
+    "console.governor.state.topic": ("governor_state_topic", _topic),
+    "console.gateway.state.topic": ("gateway_state_topic", _topic),
 }
 KNOWN_KEYS = frozenset([*_KEYS, "bootstrap.servers"])
 

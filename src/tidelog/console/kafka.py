@@ -5,9 +5,9 @@ JSON endpoints and the lag sampler never touch confluent-kafka types. Every meth
 futures); the web layer calls them in a worker thread (``asyncio.to_thread``).
 
 Cluster metadata (Metadata request: brokers, topics, partitions, leaders, ISR) is cached for
-``console.metadata.max.age.ms`` (2 s by default): a 10,000-partition cluster costs one Metadata
-round trip per page view burst, not one per page. Writes (create, delete, add partitions) drop the
-cache so the next page shows them.
+``console.metadata.max.age.ms`` (2 s by default) and refreshed in the background once older: a
+10,000-partition cluster costs one Metadata round trip per interval, and no page view waits for it.
+Writes (create, delete, add partitions) drop the cache so the next page shows them.
 
 A failure from the cluster is raised as ``KafkaFailure`` with Kafka's error name
 (``TOPIC_AUTHORIZATION_FAILED``, ``TOPIC_ALREADY_EXISTS``...) and librdkafka's text; pages show both.
@@ -202,7 +202,9 @@ class KafkaView:
         self.timeout = config.request_timeout_ms / 1000
         self.admin = AdminClient(config.kafka_config(**{"client.id": "tidelog-console"}))
         self._cache: ClusterInfo | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()           # one Metadata fetch at a time
+        self._refresh_lock = threading.Lock()   # guards _refreshing
+        self._refreshing = False
 
     def _wait(self, future: Future[T]) -> T:
         try:
@@ -213,14 +215,39 @@ class KafkaView:
     # -- cluster and topics ---------------------------------------------------------------------
 
     def cluster(self, *, fresh: bool = False) -> ClusterInfo:
+        """Cached metadata. Past its age the cached copy is still answered while one background thread
+        fetches the next (a 10,000-partition Metadata answer takes a loaded broker a second or two, which
+        no page view should wait for); without a cache, after ``invalidate`` or with ``fresh``, the
+        caller waits for the fetch."""
+        cached = self._cache
+        if not fresh and cached is not None:
+            if time.monotonic() - cached.fetched_at >= self.config.metadata_max_age_ms / 1000:
+                self._refresh_in_background()
+            return cached
         with self._lock:
-            cached = self._cache
-            if (not fresh and cached is not None
-                    and time.monotonic() - cached.fetched_at < self.config.metadata_max_age_ms / 1000):
-                return cached
+            if not fresh and self._cache is not None and self._cache is not cached:
+                return self._cache  # another caller fetched it while this one waited
             info = self._fetch_cluster()
             self._cache = info
             return info
+
+    def _refresh_in_background(self) -> None:
+        with self._refresh_lock:
+            if self._refreshing:
+                return
+            self._refreshing = True
+
+        def refresh() -> None:
+            try:
+                with self._lock:
+                    self._cache = self._fetch_cluster()
+            except KafkaFailure:
+                pass  # the next page view tries again; pages keep the last answer meanwhile
+            finally:
+                with self._refresh_lock:
+                    self._refreshing = False
+
+        threading.Thread(target=refresh, name="console-metadata", daemon=True).start()
 
     def invalidate(self) -> None:
         with self._lock:

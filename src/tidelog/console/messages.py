@@ -14,6 +14,7 @@ answer says how many records were scanned, so a page can say "40 of 1,000 scanne
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -89,46 +90,99 @@ def start_offset(low: int, high: int, start: str, value: int, limit: int, by_tim
     return max(low, min(value, high))
 
 
+class ConsumerPool:
+    """Idle group-less consumers kept between browses (at most ``size``): a new consumer costs a
+    connection, its handshake and metadata round trips, which a busy broker makes a page wait for.
+    A browse takes one (or makes one), assigns its partition, and gives it back unassigned; librdkafka
+    drops whatever was fetched for an earlier assignment, so a browse never sees another's records."""
+
+    def __init__(self, config: ConsoleConfig, size: int = 4) -> None:
+        self.config = config
+        self.size = size
+        self._idle: list[Consumer] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> Consumer:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return Consumer(self.config.kafka_config(**{
+            "group.id": f"tidelog-console-browse-{uuid.uuid4().hex}", "enable.auto.commit": False,
+            "enable.partition.eof": True, "client.id": "tidelog-console",
+            # a fetch left waiting at the end of an earlier browse's partition holds the connection's
+            # next request (the next browse's) for up to this long: keep it short
+            "fetch.wait.max.ms": 50}))
+
+    def give_back(self, consumer: Consumer, healthy: bool) -> None:
+        if healthy:
+            try:
+                consumer.unassign()
+            except Exception:
+                healthy = False
+        with self._lock:
+            if healthy and len(self._idle) < self.size:
+                self._idle.append(consumer)
+                return
+        consumer.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for consumer in idle:
+            consumer.close()
+
+
 def browse(config: ConsoleConfig, topic: str, partition: int, first: int, high: int, *, limit: int = 50,
-           scan: int = 1000, filters: Filters | None = None, fmt: str = "text") -> tuple[list[Shown], int]:
+           scan: int = 1000, filters: Filters | None = None, fmt: str = "text",
+           pool: ConsumerPool | None = None) -> tuple[list[Shown], int]:
     """Records from ``first`` up to ``high`` (the high watermark read before): (shown, scanned)."""
-    filters = filters or Filters()
+    if first >= high:
+        return [], 0
+    pool = pool or ConsumerPool(config, size=0)
+    consumer = pool.take()
+    healthy = False
+    try:
+        found = _browse(consumer, config, topic, partition, first, high, limit, scan, filters or Filters(), fmt)
+        healthy = True
+        return found
+    finally:
+        pool.give_back(consumer, healthy)
+
+
+def _browse(consumer: Consumer, config: ConsoleConfig, topic: str, partition: int, first: int, high: int,
+            limit: int, scan: int, filters: Filters, fmt: str) -> tuple[list[Shown], int]:
     shown: list[Shown] = []
     scanned = 0
-    if first >= high:
-        return shown, 0
-    consumer = Consumer(config.kafka_config(**{
-        "group.id": f"tidelog-console-browse-{uuid.uuid4().hex}", "enable.auto.commit": False,
-        "enable.partition.eof": True, "client.id": "tidelog-console"}))
-    deadline_polls = max(5, config.request_timeout_ms // 200)
-    try:
-        consumer.assign([TopicPartition(topic, partition, first)])
-        idle = 0
-        while len(shown) < limit and scanned < scan and idle < deadline_polls:
-            batch = consumer.consume(min(500, scan - scanned), timeout=0.2)
-            if not batch:
-                idle += 1
-                continue
-            for message in batch:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        return shown, scanned
-                    raise failure_of(KafkaFailure(error.name(), error.str()))
-                scanned += 1
-                raw_headers: list[Any] = list(message.headers() or [])
-                headers = [(str(h), v if isinstance(v, bytes | None) else str(v).encode()) for h, v in raw_headers]
-                key = _bytes(message.key())
-                if filters.match(key, message.value(), headers) and len(shown) < limit:
-                    _, ts = message.timestamp()
-                    shown.append(Shown(message.offset() or 0, ts, render(key, "text"),
-                                       render(message.value(), fmt),
-                                       tuple((h, render(v, "text")) for h, v in headers),
-                                       len(message.value() or b"")))
-                if (message.offset() or 0) + 1 >= high:
+    deadline_polls = max(20, config.request_timeout_ms // 50)
+    consumer.assign([TopicPartition(topic, partition, first)])
+    idle = 0
+    while len(shown) < limit and scanned < scan and idle < deadline_polls:
+        # a short wait: consume() returns at its timeout unless the batch is full, and a browse
+        # usually wants fewer records than a full batch
+        batch = consumer.consume(min(500, scan - scanned), timeout=0.05)
+        if not batch:
+            idle += 1
+            continue
+        for message in batch:
+            if message.topic() != topic or message.partition() != partition or (message.offset() or 0) < first:
+                continue  # left from an earlier browse by this pooled consumer (librdkafka drops them; be sure)
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
                     return shown, scanned
-    finally:
-        consumer.close()
+                raise failure_of(KafkaFailure(error.name(), error.str()))
+            scanned += 1
+            raw_headers: list[Any] = list(message.headers() or [])
+            headers = [(str(h), v if isinstance(v, bytes | None) else str(v).encode()) for h, v in raw_headers]
+            key = _bytes(message.key())
+            if filters.match(key, message.value(), headers) and len(shown) < limit:
+                _, ts = message.timestamp()
+                shown.append(Shown(message.offset() or 0, ts, render(key, "text"),
+                                   render(message.value(), fmt),
+                                   tuple((h, render(v, "text")) for h, v in headers),
+                                   len(message.value() or b"")))
+            if (message.offset() or 0) + 1 >= high:
+                return shown, scanned
     return shown, scanned
 
 

@@ -43,6 +43,8 @@ from tidelog.console.charts import BrokerCharts
 from tidelog.console.config import ConsoleConfig
 from tidelog.console.kafka import KafkaFailure, KafkaView, TopicInfo
 from tidelog.console.lag import Status
+from tidelog.console.platform import PlatformView
+from tidelog.console.platform_pages import PlatformPages
 from tidelog.console.sampler import LagSampler
 from tidelog.console.scrape import Scraper
 from tidelog.console.wire import Wire
@@ -56,8 +58,10 @@ MAX_FORM_BYTES = 1024 * 1024
 
 class Pages:
     def __init__(self, config: ConsoleConfig, view: KafkaView, sampler: LagSampler, auth: Authenticator,
-                 scraper: Scraper, http: httpx.AsyncClient, charts: BrokerCharts) -> None:
+                 scraper: Scraper, http: httpx.AsyncClient, charts: BrokerCharts, platform: PlatformView) -> None:
         self.config = config
+        self.platform = PlatformPages(self, platform)
+        self.browsers = messages.ConsumerPool(config)
         self.view = view
         self.sampler = sampler
         self.auth = auth
@@ -89,7 +93,7 @@ class Pages:
             r("/security", self.security),
             r("/quotas", self.quotas), r("/quotas", self.set_quota, methods=["POST"]),
             r("/quotas/delete", self.delete_quota, methods=["POST"]),
-            r("/platform", self.platform),
+            *self.platform.routes(),
             Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         ]
 
@@ -379,7 +383,8 @@ class Pages:
             filtering = bool(filters.key or filters.header or filters.contains)
             first = messages.start_offset(low, high, start, start_value, limit if not filtering else 1000, by_time)
             shown, scanned = await self.call(lambda: messages.browse(
-                self.config, name, partition, first, high, limit=limit, filters=filters, fmt=fmt))
+                self.config, name, partition, first, high, limit=limit, filters=filters, fmt=fmt,
+                pool=self.browsers))
         except ValueError as exc:
             error = str(exc)
         except KafkaFailure as exc:
@@ -598,21 +603,6 @@ class Pages:
         except (ValueError, KafkaFailure) as exc:
             return self.redirect("/quotas", "error", f"quota not deleted: {exc}")
         return self.redirect("/quotas", "ok", f"quota deleted: {quotas.entity_text(entity)} {key}")
-
-    async def platform(self, request: Request) -> Response:
-        panels = []
-        for name, url in self._platform_urls().items():
-            panel: dict[str, Any] = {"name": name, "url": url, "ok": False, "ready": "", "metrics": []}
-            try:
-                health = await self.http.get(url.rstrip("/") + "/readyz", timeout=2.0)
-                panel["ok"], panel["ready"] = health.status_code == 200, health.text.strip()
-                metrics = await self.http.get(url.rstrip("/") + "/metrics", timeout=2.0)
-                panel["metrics"] = [line for line in metrics.text.splitlines()
-                                    if line and not line.startswith("#") and "_bucket" not in line][:40]
-            except httpx.HTTPError as exc:
-                panel["ready"] = f"not reachable ({type(exc).__name__})"
-            panels.append(panel)
-        return self.render(request, "platform.html", panels=panels)
 
 
 # -- helpers --------------------------------------------------------------------------------------

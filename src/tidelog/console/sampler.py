@@ -5,7 +5,8 @@ One poll (``poll``, blocking; ``run`` calls it in a worker thread every ``consol
 
 1. ListGroups, then OffsetFetch for every group (requests in flight together) and DescribeGroups
    (members and their assignments: who owns each partition);
-2. ListOffsets(latest) for every partition any group committed on;
+2. ListOffsets(latest) for every partition any group committed on (in requests of 1,000 partitions,
+   and DescribeGroups of 100 groups, so that pages' requests are answered between them);
 3. for each partition: ``lag = max(0, end - committed)``; the sample's ``timestamp_ms`` is the poll
    time while a member owns the partition (a live consumer counts as committing), else the time the
    committed offset was last seen to move (carried forward, so a consumer that left reads as STOP once
@@ -27,8 +28,9 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from tidelog.console.config import ConsoleConfig
 from tidelog.console.kafka import GroupInfo, KafkaView
@@ -47,6 +49,17 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str, int]  # (group, topic, partition)
 TimestampReader = Callable[[list[tuple[str, int, int]]], dict[tuple[str, int, int], int]]
 MAX_TIMESTAMP_READS = 2000  # per poll; the rest wait for the next poll
+# A broker answers a request whole before the next one of any connection gets its turn on a busy
+# machine: a poll asks in requests of these sizes, so that a page's small requests are answered
+# between them rather than after a 10,000-partition ListOffsets (bench/console_bench.py).
+OFFSETS_CHUNK = 1000
+DESCRIBE_CHUNK = 100
+T = TypeVar("T")
+
+
+def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
 
 
 @dataclass(frozen=True)
@@ -78,15 +91,21 @@ class LagSampler:
         now_ms = int(self.clock() * 1000)
         group_ids = [g.group_id for g in self.view.list_groups()]
         committed, unread = self.view.committed_many(group_ids)
-        described = self.view.describe_groups(group_ids)
+        described = {}
+        for names in _chunks(group_ids, DESCRIBE_CHUNK):
+            described.update(self.view.describe_groups(names))
         partitions = sorted({tp for offsets in committed.values() for tp in offsets})
-        ends = self.view.offsets(partitions)
+        ends = {}
+        for tps in _chunks(partitions, OFFSETS_CHUNK):
+            ends.update(self.view.offsets(tps))
         lagging = sorted({(t, p, o) for offsets in committed.values() for (t, p), o in offsets.items()
                           if ends.get((t, p), o) > o})
         self._read_timestamps(lagging)
         results = {g: self.results[g] for g in unread if g in self.results}
-        for group_id, offsets in committed.items():
+        for n, (group_id, offsets) in enumerate(committed.items()):
             results[group_id] = self._evaluate(group_id, offsets, ends, described.get(group_id), now_ms)
+            if n % 50 == 49:
+                time.sleep(0.0005)  # let page handlers have the GIL now, not at the next 5 ms switch
         gone = [k for k in self.windows
                 if k[0] not in unread and (k[0] not in committed or (k[1], k[2]) not in committed[k[0]])]
         for key in gone:
@@ -94,7 +113,8 @@ class LagSampler:
             self.moved_at.pop(key, None)
         for group_id in [g for g in self.history if g not in committed and g not in unread]:
             del self.history[group_id]
-        self.timestamps = {k: v for k, v in self.timestamps.items() if k in set(lagging)}
+        still = set(lagging)
+        self.timestamps = {k: v for k, v in self.timestamps.items() if k in still}
         self.results, self.groups = results, described
         self.polls += 1
         self.last_poll_s = time.perf_counter() - started
@@ -107,11 +127,12 @@ class LagSampler:
     def _evaluate(self, group_id: str, offsets: dict[tuple[str, int], int], ends: dict[tuple[str, int], int],
                   info: GroupInfo | None, now_ms: int) -> GroupResult:
         parts = []
+        owners = {tp: m for m in reversed(info.members) for tp in m.assignment} if info is not None else {}
         for (topic, partition), offset in sorted(offsets.items()):
             key = (group_id, topic, partition)
             end = ends.get((topic, partition))
             lag = max(0, end - offset) if end is not None else 0
-            owner = info.owner_of((topic, partition)) if info is not None else None
+            owner = owners.get((topic, partition))
             seen = self.moved_at.get(key)
             if seen is None or seen[0] != offset:
                 seen = self.moved_at[key] = (offset, now_ms)
