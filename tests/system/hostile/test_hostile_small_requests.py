@@ -112,7 +112,7 @@ def test_forty_connections_queueing_small_requests_take_no_more_memory_than_the_
         wait_until(lambda: metric(port, "tidelog_request_receive_budget_reserved_bytes") < MIB, timeout=HOLD_MS / 1000 + 5,
                    message="the budget to be given back once the long polls end")
         time.sleep(0.3)
-    print(f"\n{CONNECTIONS} connections pushed {pushed / MIB:.0f} MiB of 60 KiB requests behind long polls: "
+    print(f"\n{CONNECTIONS} connections wrote {pushed / MIB:.0f} MiB of 60 KiB requests behind long polls: "
           f"budget {reserved / MIB:.1f} of {BUDGET / MIB:.0f} MiB held, {waiting:.0f} connections paused; broker "
           f"peak RSS grew {grown / MIB:.0f} MiB; bystander p99 {bystander.p99_ms():.1f} ms over "
           f"{len(bystander.latencies)} records")
