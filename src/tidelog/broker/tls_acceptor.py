@@ -19,7 +19,9 @@ it is read:
   own task, which gives it back when the connection ends.
 
 The decision itself is the server's (``decide``), shared with the plain listeners, so both count
-against the same limits. Bound like ``create_server``: every address the host name resolves to,
+against the same limits. A connection holds its place in the limits from its accept (its handshake
+included, as in Kafka, whose acceptor counts it); it shows in ``tidelog_connections`` once its
+handshake is done. Bound like ``create_server``: every address the host name resolves to,
 ``SO_REUSEADDR``, IPv6 sockets IPv6-only, a backlog of 100.
 """
 
@@ -54,7 +56,11 @@ def listening_sockets(host: str | None, port: int) -> list[socket.socket]:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(address)
+            try:
+                sock.bind(address)
+            except OSError as exc:  # asyncio's create_server words it so; the node reports it at start
+                raise OSError(exc.errno, f"error while attempting to bind on address {address!r}: "
+                                         f"{(exc.strerror or str(exc)).lower()}") from None
             sock.listen(BACKLOG)
             sock.setblocking(False)
     except OSError:

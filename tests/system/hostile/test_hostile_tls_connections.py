@@ -169,3 +169,23 @@ def test_a_tls_connection_past_its_address_quota_is_held_and_closed_without_a_ha
     assert rate <= handshakes <= rate + 1
     assert all(0.1 < took <= 1.5 for took in closes)  # Kafka's delayed close: held unread, not closed at once
     assert tls.refusals("connection_creation_rate") - before == len(closes)
+
+
+def test_failed_handshakes_give_their_place_in_the_limits_back(tls: TlsBroker) -> None:
+    for _ in range(PER_IP + 3):  # plaintext Kafka on the TLS port: the handshake fails, the connection is dropped
+        with connect_from("127.0.0.90", tls.broker.host, tls.tls_port) as sock:
+            frame = encode_request(ApiVersionsRequest(), correlation_id=1)
+            sock.sendall(struct.pack(">i", len(frame)) + frame)
+            sock.settimeout(5)
+            try:
+                while sock.recv(4096):  # a TLS alert at most, then the end (a timeout here fails the test)
+                    pass
+            except ConnectionResetError:
+                pass
+    time.sleep(0.2)
+    kept = [tls.tls_connection("127.0.0.90") for _ in range(PER_IP)]
+    try:
+        assert all(answers(sock) for sock in kept), "failed handshakes kept their places in max.connections.per.ip"
+    finally:
+        for sock in kept:
+            sock.close()
