@@ -18,7 +18,8 @@ was the limit.
 
 ``raw-produce`` is no client library: it sends one prebuilt 1 MiB Produce request (v8, acks=all,
 not idempotent) over and over with ``--inflight`` requests outstanding, so it costs almost nothing
-per byte and measures how fast the broker itself takes records in. ``raw-consume`` is its reading
+per byte and measures how fast the broker itself takes records in (``--ca ca.pem``: over a TLS
+listener, to measure the broker's TLS path; ``--batch-bytes 16000``: small requests). ``raw-consume`` is its reading
 twin: plain Fetch requests (v4) for every partition, one at a time, with the consumers' default
 limits, walking only the batch headers; it measures how fast the broker serves reads.
 
@@ -40,6 +41,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -433,6 +435,10 @@ def produce_request(correlation_id: int, topic: str, batch: bytes, acks: int) ->
 
 def _send_parts(sock: socket.socket, parts: list[bytes]) -> None:
     """``sendall`` of the parts joined, without joining them: no copy of a large batch per request."""
+    if isinstance(sock, ssl.SSLSocket):  # no sendmsg over TLS
+        for part in parts:
+            sock.sendall(part)
+        return
     views = [memoryview(part) for part in parts]
     while views:
         sent = sock.sendmsg(views)
@@ -468,6 +474,8 @@ def tool_raw_produce(args: argparse.Namespace) -> dict[str, Any]:
     acks = -1 if args.acks == "all" else int(args.acks)
     sock = socket.create_connection((host, int(port)), timeout=60)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if args.ca:  # a TLS listener: the same requests through the broker's TLS path
+        sock = ssl.create_default_context(cafile=args.ca).wrap_socket(sock, server_hostname=host)
     sent = received = 0
     started = time.perf_counter()
     while received < batches:
@@ -636,6 +644,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=2000)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--inflight", type=int, default=8, help="raw-produce: requests in flight")
+    parser.add_argument("--ca", default="", help="raw-produce: the CA file of a TLS listener (connect with TLS)")
     parser.add_argument("--partitions", type=int, default=1, help="raw-consume: the topic's partitions")
     parser.add_argument("--partition", type=int, default=0, help="failover: the partition written")
     parser.add_argument("--kill-pid", type=int, default=0, help="failover: the process to kill -9 (its leader)")

@@ -11,10 +11,13 @@ Flow control both ways:
 - in: while more than ``MAX_QUEUED_BYTES`` of frames wait for the task, reading is paused, so a
   client that pipelines cannot make the broker buffer without bound (Kafka mutes a channel while it
   serves a request from it);
-- in, across connections: a request larger than the receive area is read past it only once the
-  broker-wide ``ReceiveBudget`` (``queued.max.request.bytes``) has reserved its declared size;
-  until then reading is paused. The reservation travels with the frame and is released when the
-  task asks for the next frame (the previous one has been served) or the connection ends;
+- in, across connections: every frame taken off the socket is charged to the broker-wide
+  ``ReceiveBudget`` (``queued.max.request.bytes``), in one addition per read, and a connection that
+  holds frames stops reading while the budget is full (one that holds none reads on, so every client
+  gets a request at a time through). A request larger than the receive area is read past it only
+  once the budget has reserved its declared size; until then reading is paused. A frame's charge
+  travels with it and is given back when the task asks for the next frame (the previous one has
+  been served) or the connection ends;
 - out: ``FlowControlMixin`` pauses and resumes the writer for ``drain()``.
 
 ``request_started`` is when the request being received began arriving (None between requests, and
@@ -65,7 +68,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         # (frame, perf_counter when it completed, bytes of the receive budget it holds)
         self._frames: deque[tuple[Frame, float, int]] = deque()
         self._queued_bytes = 0
-        self._paused_for: set[str] = set()  # why reading is paused: "queue", "budget", "error", "throttle"
+        self._paused_for: set[str] = set()  # why: "queue", "budget", "full", "error", "throttle"
         self._budget = budget
         self._receiving_reserved = 0  # budget held by the frame being received
         self._serving_reserved = 0  # budget held by the frame the task is serving
@@ -104,16 +107,37 @@ class KafkaProtocol(asyncio.BufferedProtocol):
             self._error = exc
             self._pause("error")
             frames = []
-        for frame in frames:
-            reserved, self._receiving_reserved = self._receiving_reserved, 0  # only the first can hold it
-            self._frames.append((frame, now, reserved))
-            self._queued_bytes += len(frame)
-        if self._queued_bytes > MAX_QUEUED_BYTES:
-            self._pause("queue")
-        if self._error is None:
+        budget = self._budget
+        if frames:
+            received = 0
+            for frame in frames:
+                size = len(frame)
+                self._frames.append((frame, now, size if budget is not None else 0))
+                received += size
+            self._queued_bytes += received
+            if budget is not None:
+                # The first frame may be the large one a reservation was made for; the rest are charged here.
+                settled, self._receiving_reserved = self._receiving_reserved, 0
+                budget.received(received - settled)
+                if settled:
+                    budget.settle(settled)
+            if self._queued_bytes > MAX_QUEUED_BYTES:
+                self._pause("queue")
+        if self._error is None and budget is not None:
             self._reserve_for_pending_frame()
+            if (not self._receiving_reserved and self._budget_waiter is None and "full" not in self._paused_for
+                    and not budget.may_read(self._holding())):
+                self._pause("full")
+                budget.pause_reading(self, self._budget_has_room)
         self._track_request_start()
         self._wake()
+
+    def _holding(self) -> bool:
+        """Does this connection hold received frames (queued, or the one being served)?"""
+        return self._queued_bytes > 0 or self._serving_reserved > 0
+
+    def _budget_has_room(self) -> None:
+        self._unpause("full")
 
     def _reserve_for_pending_frame(self) -> None:
         """Before a frame larger than the receive area is read past it, reserve its size or pause."""
@@ -151,6 +175,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         self._connection_lost = True
         self.request_started = None
         if self._budget is not None:
+            self._budget.forget_reader(self)
             if self._budget_waiter is not None:
                 self._budget.cancel(self._budget_waiter)
                 self._budget_waiter = None
@@ -190,6 +215,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
 
     async def next_frame(self) -> tuple[Frame, float] | None:
         """The next complete frame and when it arrived; None at end of stream. Raises framing errors."""
+        self._release_served()
         while not self._frames:
             if self._error is not None:
                 raise self._error
@@ -202,16 +228,19 @@ class KafkaProtocol(asyncio.BufferedProtocol):
                 self._waiter = None
         frame, received, reserved = self._frames.popleft()
         self._queued_bytes -= len(frame)
-        self._release_served()
         self._serving_reserved = reserved
         if "queue" in self._paused_for and self._queued_bytes <= MAX_QUEUED_BYTES // 2:
             self._unpause("queue")
         return frame, received
 
     def _release_served(self) -> None:
-        if self._serving_reserved and self._budget is not None:
-            self._budget.release(self._serving_reserved)
-        self._serving_reserved = 0
+        budget = self._budget
+        if self._serving_reserved and budget is not None:
+            budget.discharge(self._serving_reserved)
+            self._serving_reserved = 0
+            if "full" in self._paused_for and not self._queued_bytes:  # holds nothing: may read its next request
+                budget.forget_reader(self)
+                self._unpause("full")
 
     def release_budget(self) -> None:
         """The task is done with this connection: give back every reservation it still holds."""
@@ -219,9 +248,10 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         budget = self._budget
         if budget is None:
             return
+        budget.forget_reader(self)
         for index, (frame, received, reserved) in enumerate(self._frames):
             if reserved:
-                budget.release(reserved)
+                budget.discharge(reserved)
                 self._frames[index] = (frame, received, 0)
         if self._budget_waiter is not None:
             budget.cancel(self._budget_waiter)

@@ -10,7 +10,9 @@ module only maps codec failures to Kafka's reaction:
 - ApiVersions at a version we do not know → the v0-format error response, keep serving.
 
 Security (``security/listeners.py``): SSL and SASL_SSL listeners speak TLS (asyncio's ssl support);
-an SSL connection takes its principal from the client certificate. On SASL listeners a connection
+an SSL connection takes its principal from the client certificate. A TLS listener is accepted by
+``broker/tls_acceptor.py``, which applies the connection limits below to the bare TCP connection and
+runs the handshake only for those admitted, so a refused connection costs no TLS work. On SASL listeners a connection
 may send only ApiVersions, SaslHandshake and SaslAuthenticate (or, after a v0 handshake, bare SASL
 tokens) until it has authenticated; anything else closes it, and its frames are limited to
 ``sasl.server.max.receive.size`` meanwhile. A handler that sets ``conn.close_after_response`` (a
@@ -19,13 +21,16 @@ failed authentication) has its response written and the connection closed.
 What one client may take (docs/security.md, "Hostile and broken clients"):
 
 - a new connection past ``max.connections``, ``max.connections.per.ip`` (and its overrides) or
-  ``max.connection.creation.rate`` (``security/connection_limits.py``) is closed at once, counted in
+  ``max.connection.creation.rate`` (``security/connection_limits.py``) is closed at once (on a TLS
+  listener before the handshake: no ServerHello is sent), counted in
   ``tidelog_connections_refused_total`` and logged once per address and minute;
 - a new connection from an address over its ``connection_creation_rate`` quota (an ``ip`` entity,
   KIP-612; ``quotas/connection_rate.py``) is held unread and closed after the throttle time, as
   Kafka delays closing it, counted in the same metric (limit ``connection_creation_rate``);
-- a request larger than the receive area is read only while the broker-wide receive budget
-  (``queued.max.request.bytes``, ``broker/receive_budget.py``) can hold it;
+- requests being received, queued and served are charged to the broker-wide receive budget
+  (``queued.max.request.bytes``, ``broker/receive_budget.py``): a request larger than the receive
+  area is read only while the budget can hold it, and while the budget is full a connection that
+  holds requests reads no more;
 - a client over its quota (``broker/quota_runtime.py``) gets the throttle time in its response, and
   the connection is then muted for that long: nothing read, nothing served (Kafka's KIP-219);
 - a connection whose request takes longer than ``socket.request.read.timeout.ms`` to arrive is
@@ -53,6 +58,7 @@ from tidelog.broker.handlers.security import sasl_raw_token, session_expired
 from tidelog.broker.quota_runtime import with_throttle
 from tidelog.broker.receive_budget import ReceiveBudget
 from tidelog.broker.response_writer import ResponseWriter
+from tidelog.broker.tls_acceptor import TlsAcceptor, listening_sockets
 from tidelog.observability.broker_metrics import RequestTimer, api_name
 from tidelog.observability.logs import OncePerInterval, context
 from tidelog.protocol.apis import ApiKey
@@ -114,6 +120,7 @@ class Server:
         self.receive_buffer = receive_buffer
         self.protocol_log = RateLimitedLog()
         self._servers: list[asyncio.Server] = []
+        self._acceptors: list[TlsAcceptor] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._busy: set[asyncio.Task[None]] = set()
         self.bound: list[Endpoint] = []
@@ -128,20 +135,33 @@ class Server:
             host = listener.host or "0.0.0.0"
             security = self.security.get(listener.name)
             tls = security.tls if security is not None else None
-            server = await asyncio.get_running_loop().create_server(
-                functools.partial(self._protocol, listener, security), host, listener.port, reuse_address=True, ssl=tls,
-            )
-            port = server.sockets[0].getsockname()[1]
+            if tls is None:
+                server = await asyncio.get_running_loop().create_server(
+                    functools.partial(self._protocol, listener, security), host, listener.port, reuse_address=True,
+                )
+                port = server.sockets[0].getsockname()[1]
+                self._servers.append(server)
+            else:  # the limits are applied before the handshake
+                acceptor = TlsAcceptor(
+                    listener.name, listening_sockets(host, listener.port), tls,
+                    decide=functools.partial(self._decide, listener=listener.name),
+                    protocol=functools.partial(self._protocol, listener, security),
+                    forget=functools.partial(self.limits.closed, listener.name),
+                )
+                acceptor.start()
+                port = acceptor.sockets[0].getsockname()[1]
+                self._acceptors.append(acceptor)
             self.bound.append(Endpoint(listener.name, listener.host, port, listener.security_protocol))
-            self._servers.append(server)
         if self._sweeper is None and (self.idle_timeout_s > 0 or self.request_read_timeout_s > 0):
             self._sweeper = asyncio.create_task(self._sweep_idle())
 
-    def _protocol(self, listener: Endpoint, security: ListenerSecurity | None) -> KafkaProtocol:
+    def _protocol(self, listener: Endpoint, security: ListenerSecurity | None, admitted: str | None = None) -> KafkaProtocol:
+        """The protocol of a new connection; ``admitted``: its address, when it has passed the limits
+        already (a TLS listener's, decided before its handshake)."""
         limit = self.max_frame_bytes
         if security is not None and security.sasl is not None:
             limit = min(limit, self.sasl_max_receive_bytes)  # until the connection has authenticated
-        on_connect = functools.partial(self._accept, listener=listener)
+        on_connect = functools.partial(self._accept, listener=listener, admitted=admitted)
         return KafkaProtocol(FrameDecoder(limit), on_connect, over_tls=security is not None and security.tls is not None,
                              budget=self.receive_budget)
 
@@ -193,30 +213,34 @@ class Server:
             inter_broker=listener == self.inter_broker_listener,
         )
 
-    def _admit(self, writer: asyncio.StreamWriter, listener: str) -> str | None:
-        """Count a new connection against the limits; the address it came from, or None when refused."""
-        peername = writer.get_extra_info("peername")
-        host = str(peername[0]) if peername else "?"
+    def _decide(self, host: str, listener: str) -> int | None:
+        """A new connection from ``host``: 0 when admitted (and counted against the limits), the
+        milliseconds to hold it unread before closing it (its address over its
+        ``connection_creation_rate``), or None when refused (to be closed at once)."""
+        throttle_ms = self._ip_throttle_ms(host, listener)
+        if throttle_ms > 0:
+            return throttle_ms
+        return 0 if self._admit(host, listener) else None
+
+    def _admit(self, host: str, listener: str) -> bool:
+        """Count a new connection against the limits; False (counted and logged as refused) if refused."""
         refused = self.limits.admit(listener, host, self._limits(listener), time.monotonic())
         if refused is None:
-            return host
+            return True
         self.ctx.metrics.connection_refused(listener, refused)
         logged, held = self.refusal_log.should_log(host)
         if logged:
             log.warning("refused a connection from %s on %s: %s reached%s (further refusals of this address are "
                         "logged once a minute)", host, listener, refused, f"; {held} refused since" if held else "")
-        writer.transport.abort()
-        return None
+        return False
 
-    def _ip_throttle_ms(self, writer: asyncio.StreamWriter, listener: str) -> int:
+    def _ip_throttle_ms(self, host: str, listener: str) -> int:
         """How long to hold the new connection before closing it, its address being over its
         ``connection_creation_rate``; 0 to go on. Checked before the connection limits, which a
         throttled connection does not count against (Kafka records the address's rate first)."""
         quotas = self.ctx.quotas
         if quotas is None:
             return 0
-        peername = writer.get_extra_info("peername")
-        host = str(peername[0]) if peername else "?"
         throttle_ms = quotas.connection_created(self.ctx.image, host)
         if throttle_ms <= 0:
             return 0
@@ -239,21 +263,28 @@ class Server:
         finally:
             writer.transport.abort()
 
-    async def _accept(self, proto: KafkaProtocol, writer: asyncio.StreamWriter, listener: Endpoint) -> None:
+    async def _accept(
+        self, proto: KafkaProtocol, writer: asyncio.StreamWriter, listener: Endpoint, admitted: str | None = None,
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None
-        throttle_ms = self._ip_throttle_ms(writer, listener.name)
-        if throttle_ms > 0:
-            self._connections.add(task)
-            try:
-                await self._close_after(proto, writer, throttle_ms)
-            finally:
-                self._connections.discard(task)
-            return
-        host = self._admit(writer, listener.name)
-        if host is None:
-            proto.release_budget()
-            return
+        if admitted is not None:
+            host = admitted
+        else:
+            peername = writer.get_extra_info("peername")
+            host = str(peername[0]) if peername else "?"
+            verdict = self._decide(host, listener.name)
+            if verdict is None:
+                writer.transport.abort()
+                proto.release_budget()
+                return
+            if verdict > 0:
+                self._connections.add(task)
+                try:
+                    await self._close_after(proto, writer, verdict)
+                finally:
+                    self._connections.discard(task)
+                return
         self._connections.add(task)
         try:
             sock = writer.get_extra_info("socket")
@@ -429,6 +460,8 @@ class Server:
         """Stop accepting, let in-flight requests finish (up to ``grace_s``), then drop connections."""
         for server in self._servers:
             server.close()
+        for acceptor in self._acceptors:
+            acceptor.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
         self.ctx.purgatory.close()
@@ -441,6 +474,8 @@ class Server:
             await asyncio.wait(list(self._connections), timeout=1.0)
         for server in self._servers:
             await server.wait_closed()
+        for acceptor in self._acceptors:
+            await acceptor.wait_closed()
 
 
 def _int(value: object) -> int:
