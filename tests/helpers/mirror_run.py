@@ -362,3 +362,23 @@ def footprint(source: str, destination: str, workdir: Path, *, topic: str, parti
     finally:
         mirror.close()
     return peak / (1 << 20), elapsed
+
+
+class MirrorThread:
+    """One process of a link run in this test process (``tidelog.mirror.app.run`` in a thread, its
+    metrics listener included), stopped on exit the way ``tidelog mirror run`` stops on SIGTERM."""
+
+    def __init__(self, config: Path) -> None:
+        from tidelog.mirror import load_config
+        from tidelog.mirror.app import run
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=run, args=(load_config(config), self.stop), daemon=True)
+
+    def __enter__(self) -> MirrorThread:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive()

@@ -4,7 +4,9 @@
   plan written with the governor's ``Store`` and ``PartitionMove.to_json``, as ``submit`` writes it;
 - the mirror: a real link (``tidelog.mirror.app.run`` in a thread) copying a topic of the broker to
   renamed topics on the same broker, its metrics endpoint given to the console for the lag columns;
-- the gateway: ``tidelog gateway`` as a subprocess, written to over HTTP by several sources.
+- the gateway: ``tidelog gateway`` as a subprocess, written to over HTTP by several sources;
+- an offset-preserving link's destination: a topic given ``mirror.source`` by hand (the link itself,
+  with its source side, runs in test_console_platform_browser.py).
 
 The console runs as a subprocess (``ConsoleProcess``); the checks are on the HTML it serves (rows,
 search, paging, empty states), compared with what was written.
@@ -13,7 +15,6 @@ search, paging, empty states), compared with what was written.
 from __future__ import annotations
 
 import re
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,14 +24,14 @@ from pathlib import Path
 import httpx
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from helpers.broker_process import BrokerProcess, free_port, module_broker, wait_until
 from helpers.cli_runner import run_cli
 from helpers.clients import create_topic, unique_topic
 from helpers.console_process import ConsoleProcess
 from helpers.gateway_process import GATEWAY_TEST_BROKER, GatewayProcess, write_json
-from helpers.mirror_run import write_config
+from helpers.mirror_run import MirrorThread, write_config
 from tidelog.governor.planner import PartitionMove
 from tidelog.governor.store import Store
 
@@ -119,23 +120,6 @@ def test_governor_panel_shows_control_the_plan_with_each_move_state_and_the_last
     assert "<code>plan-7f3a</code> ended 2026-12-02 16:56:40.000Z · rebalance · 60 moves, 58 cancelled" in html
 
 
-class RunningMirror:
-    def __init__(self, config: Path) -> None:
-        from tidelog.mirror import load_config
-        from tidelog.mirror.app import run
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=run, args=(load_config(config), self.stop), daemon=True)
-
-    def __enter__(self) -> RunningMirror:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
-
-
 def test_mirror_panel_shows_each_links_checkpoints_with_shard_owner_and_lag(
         console: ConsoleProcess, platform_broker: BrokerProcess, tmp_path: Path) -> None:
     bootstrap = platform_broker.bootstrap
@@ -161,7 +145,7 @@ def test_mirror_panel_shows_each_links_checkpoints_with_shard_owner_and_lag(
         done = len(found) == 3 and all(r[4] == "10" and r[2] != "no owner" and r[8] == "0" for r in found)
         return found if done else None
 
-    with RunningMirror(config):
+    with MirrorThread(config):
         try:
             found = wait_until(caught_up, timeout=90, interval=1, message="the link's checkpoints on the page")
         except AssertionError as exc:
@@ -234,3 +218,27 @@ def test_an_open_transaction_on_a_state_topic_shows_what_is_committed_without_wa
     writer.commit_transaction(15)
     after = rows(page_once(console, f"/platform/mirror?q={link}", "in-flight-0"), "checkpoints")
     assert sorted((r[3], r[4]) for r in after) == [("committed-0", "9"), ("in-flight-0", "7")]
+
+
+def test_a_topic_marked_by_an_offset_preserving_link_is_listed_with_its_destination_offsets(
+        console: ConsoleProcess, platform_broker: BrokerProcess) -> None:
+    """Such a link writes no checkpoint: the console finds it by the ``mirror.source`` override on its
+    destination topics (here set by hand on an existing topic, as docs/mirror.md says to). With no
+    file for the link in ``console.mirror.config``, the source side is left empty, not guessed."""
+    bootstrap = platform_broker.bootstrap
+    link, topic = unique_topic("handmade"), create_topic(bootstrap, unique_topic("kept"), 2)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(7):
+        producer.produce(topic, value=b"x", partition=i % 2)
+    assert producer.flush(10) == 0
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.TOPIC, topic, set_config={"mirror.source": link})
+    for future in admin.alter_configs([resource]).values():
+        future.result(10)
+
+    html = page_once(console, f"/platform/mirror?q={link}", '<table id="preserved"')
+    assert rows(html, "preserved") == [[link, f"{topic}-0", "0", "4", "", "", "", "", "", "", ""],
+                                       [link, f"{topic}-1", "0", "3", "", "", "", "", "", "", ""]]
+    assert f"not given for {link}: those columns stay empty" in html
+    summary = [r for r in rows(page(console, "/platform"), "links") if r[0] == link]
+    assert summary == [[link, "0", "0", "2", "", "", "preserved"]]  # no link topic: it never ran here
