@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from helpers.broker_process import BrokerProcess, free_port, module_broker, wait_until
 from helpers.cli_runner import run_cli
@@ -232,8 +232,9 @@ def test_a_topic_marked_by_an_offset_preserving_link_is_listed_with_its_destinat
         producer.produce(topic, value=b"x", partition=i % 2)
     assert producer.flush(10) == 0
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(ResourceType.TOPIC, topic, set_config={"mirror.source": link})
-    for future in admin.alter_configs([resource]).values():
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("mirror.source", link, incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
         future.result(10)
 
     html = page_once(console, f"/platform/mirror?q={link}", '<table id="preserved"')

@@ -23,8 +23,9 @@ even when a process is down, and work against Apache Kafka too.
   ``rename`` undone), log start and end, lag = source end - max(destination end, source start) as
   ``tidelog mirror status`` counts it, and the shard (``shard_of`` on the *source* name, which the
   destination alone cannot give when the link renames) with its owner in the link group. Without
-  the file those columns are empty rather than guessed. A source that cannot be read is reported in
-  ``source_errors`` and the destination side is still shown.
+  the file those columns are empty rather than guessed. A source that cannot be read (its metadata
+  or a partition's ListOffsets fails) is reported in ``source_errors`` and the destination side is
+  still shown.
 - **Gateway** (``console.gateway.state.topic``, default ``__tidelog_gateway_state``): one row per
   (data topic, source id) with its last seqno, the data partition it writes to and its shard (the
   state partition).
@@ -62,6 +63,7 @@ from tidelog.mirror.position import Checkpoint, shard_of
 
 MIRROR_PREFIX = "__tidelog_mirror."
 MIRROR_SOURCE = "mirror.source"  # the topic config an offset-preserving link's destination topics carry
+SOURCE_TIMEOUT_MS = 3000  # how long a page view waits for a preserving link's source cluster
 MOVE_STATES = ("pending", "moving", "done", "cancelled", "gone")
 V = TypeVar("V")
 
@@ -192,8 +194,8 @@ def governor_state(topic: str, info: ClusterInfo, records: dict[bytes, GovernorR
 
 def source_topic(link: MirrorConfig, destination: str) -> str:
     """The source topic the link writes to ``destination`` (its ``rename`` undone), or "" when none."""
-    first, *rest = (re.escape(part) for part in link.topics.rename.split("{topic}"))
-    found = re.fullmatch(first + "(?P<t>.+)" + "".join("(?P=t)" + part for part in rest), destination)
+    first, second, *rest = (re.escape(part) for part in link.topics.rename.split("{topic}"))
+    found = re.fullmatch(first + "(?P<t>.+)" + second + "".join("(?P=t)" + part for part in rest), destination)
     return found["t"] if found and link.topics.destination(found["t"]) == destination else ""
 
 
@@ -293,7 +295,8 @@ class PlatformView:
                 settings = shared_settings(link.source)
                 view = KafkaView(ConsoleConfig(bootstrap_servers=str(settings.pop("bootstrap.servers", "")),
                                                kafka={k: str(v) for k, v in settings.items()},
-                                               request_timeout_ms=self.config.request_timeout_ms))
+                                               request_timeout_ms=min(SOURCE_TIMEOUT_MS,
+                                                                      self.config.request_timeout_ms)))
                 self._sources[link.name] = view
             return view
 
@@ -358,6 +361,12 @@ class PlatformView:
                     there = source.cluster().topics  # cached there as here; a source that is down fails here
                     wanted = [(t, p) for t, p in wanted if t in there and p < len(there[t].partitions)]
                     source_starts, source_ends = source.offsets(wanted, "earliest"), source.offsets(wanted, "latest")
+                    missing = sum(tp not in source_ends for tp in wanted)
+                    if missing and not source_ends:
+                        source.cluster(fresh=True)  # none answered: the cluster's own error says why, if it is one
+                    if missing:
+                        errors.append(f"link {name}: the source {config.source.get('bootstrap.servers', '')} gave "
+                                      f"no log end for {missing} of {len(wanted)} partitions")
                 except KafkaFailure as exc:
                     errors.append(f"link {name}: the source {config.source.get('bootstrap.servers', '')} "
                                   f"does not answer: {exc}")

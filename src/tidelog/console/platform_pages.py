@@ -1,7 +1,9 @@
 """The Platform pages: a summary of the governor, the mirror links and the gateway as the cluster's
 state topics show them (``platform.PlatformView``), one page per part with its table (searched with
 ``q``, sorted with ``sort``/``desc``, ``PAGE_SIZE`` rows a page, all on the server), and the
-processes' own readiness and metrics when their URLs are configured.
+processes' own readiness and metrics when their URLs are configured. The mirror page has a second
+table, the offset-preserving links' partitions, searched with the same ``q`` and paged on its own
+(``ppage``).
 
 Every page answers even when a part is not used on the cluster (its topic absent: the page says so)
 or its topic cannot be read (the broker's error is shown in the part's panel, the rest still renders).
@@ -20,7 +22,14 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from tidelog.console.kafka import KafkaFailure
-from tidelog.console.platform import CheckpointRow, GatewayRow, MirrorState, MoveRow, PlatformView, PreservedRow
+from tidelog.console.platform import (
+    CheckpointRow,
+    GatewayRow,
+    MirrorState,
+    MoveRow,
+    PlatformView,
+    PreservedRow,
+)
 
 if TYPE_CHECKING:
     from tidelog.console.pages import Pages
