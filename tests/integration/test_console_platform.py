@@ -34,20 +34,24 @@ from helpers.gateway_process import GATEWAY_TEST_BROKER, GatewayProcess, write_j
 from helpers.mirror_run import MirrorThread, write_config
 from tidelog.governor.planner import PartitionMove
 from tidelog.governor.store import Store
+from tidelog.mirror.position import shard_of
 
 platform_broker = module_broker("platform_broker", {**GATEWAY_TEST_BROKER, "offsets.topic.num.partitions": 1,
                                                     "transaction.state.log.num.partitions": 1})
 empty_broker = module_broker("empty_broker", {"offsets.topic.num.partitions": 1})
 GATEWAY_GROUP = f"gw-{uuid.uuid4().hex[:8]}"
 MIRROR_PORT = free_port()
+LOST_LINK, LOST_SOURCE = unique_topic("lost"), f"127.0.0.1:{free_port()}"  # a preserving link whose source is down
 
 
 @pytest.fixture(scope="module")
 def console(platform_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleProcess]:
-    settings = {"console.gateway.state.topic": f"__gwstate-{GATEWAY_GROUP}",
+    workdir = tmp_path_factory.mktemp("platform-console")
+    lost = write_config(workdir / "lost.toml", name=LOST_LINK, source=LOST_SOURCE, destination=platform_broker.bootstrap,
+                        include=[".*"], rename="dc1.{topic}", link={"offsets": "preserve", "shards": 8})
+    settings = {"console.gateway.state.topic": f"__gwstate-{GATEWAY_GROUP}", "console.mirror.config": lost,
                 "console.mirror.url": f"http://127.0.0.1:{MIRROR_PORT}", "console.lag.interval.ms": 60000}
-    with ConsoleProcess(tmp_path_factory.mktemp("platform-console"), platform_broker.bootstrap,
-                        settings).start(timeout=60) as process:
+    with ConsoleProcess(workdir, platform_broker.bootstrap, settings).start(timeout=60) as process:
         yield process
 
 
@@ -237,9 +241,32 @@ def test_a_topic_marked_by_an_offset_preserving_link_is_listed_with_its_destinat
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(10)
 
-    html = page_once(console, f"/platform/mirror?q={link}", '<table id="preserved"')
+    html = page_once(console, f"/platform/mirror?q={link}", f"{topic}-1")
     assert rows(html, "preserved") == [[link, f"{topic}-0", "0", "4", "", "", "", "", "", "", ""],
                                        [link, f"{topic}-1", "0", "3", "", "", "", "", "", "", ""]]
     assert f"not given for {link}: those columns stay empty" in html
     summary = [r for r in rows(page(console, "/platform"), "links") if r[0] == link]
     assert summary == [[link, "0", "0", "2", "", "", "preserved"]]  # no link topic: it never ran here
+
+
+def test_a_preserving_links_source_that_does_not_answer_is_named_and_its_destination_still_shown(
+        console: ConsoleProcess, platform_broker: BrokerProcess) -> None:
+    """The link's file (``console.mirror.config``) names a source where nothing listens: the page says
+    so above the table, within the console's 3 s bound, with the destination side and the shard (from
+    the file's rename and shard count) still shown."""
+    bootstrap = platform_broker.bootstrap
+    topic = create_topic(bootstrap, f"dc1.{unique_topic('audit')}", 1)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("mirror.source", LOST_LINK, incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(10)
+
+    page_once(console, f"/platform/mirror?q={LOST_LINK}", f"{topic}-0")
+    started = time.monotonic()
+    html = page(console, f"/platform/mirror?q={LOST_LINK}")
+    assert time.monotonic() - started < 8
+    assert f"link {LOST_LINK}: the source {LOST_SOURCE} does not answer: " in html
+    source = topic.removeprefix("dc1.")
+    assert rows(html, "preserved") == [[LOST_LINK, f"{topic}-0", "0", "0", f"{source}-0", "", "", str(shard_of(source, 0, 8)),
+                                        "no owner", "", ""]]
