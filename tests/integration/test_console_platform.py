@@ -26,12 +26,12 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from helpers.broker_process import BrokerProcess, free_port, module_broker, wait_until
+from helpers.broker_process import BrokerProcess, module_broker, wait_until
 from helpers.cli_runner import run_cli
 from helpers.clients import create_topic, unique_topic
 from helpers.console_process import ConsoleProcess
 from helpers.gateway_process import GATEWAY_TEST_BROKER, GatewayProcess, write_json
-from helpers.mirror_run import MirrorThread, write_config
+from helpers.mirror_run import MirrorThread, listen_port, write_config
 from tidelog.governor.planner import PartitionMove
 from tidelog.governor.store import Store
 from tidelog.mirror.position import shard_of
@@ -40,8 +40,8 @@ platform_broker = module_broker("platform_broker", {**GATEWAY_TEST_BROKER, "offs
                                                     "transaction.state.log.num.partitions": 1})
 empty_broker = module_broker("empty_broker", {"offsets.topic.num.partitions": 1})
 GATEWAY_GROUP = f"gw-{uuid.uuid4().hex[:8]}"
-MIRROR_PORT = free_port()
-LOST_LINK, LOST_SOURCE = unique_topic("lost"), f"127.0.0.1:{free_port()}"  # a preserving link whose source is down
+MIRROR_PORT = listen_port()  # bound by the mirror much later: never an ephemeral port
+LOST_LINK, LOST_SOURCE = unique_topic("lost"), f"127.0.0.1:{listen_port()}"  # a preserving link, nothing there
 
 
 @pytest.fixture(scope="module")

@@ -33,12 +33,12 @@ from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
 
-from helpers.broker_process import BrokerProcess, free_port, module_broker, wait_until
+from helpers.broker_process import BrokerProcess, module_broker, wait_until
 from helpers.clients import create_topic, unique_topic
 from helpers.console_browser import chromium_driver, click, fill, screenshot, text
 from helpers.console_process import ConsoleProcess
 from helpers.gateway_process import GATEWAY_TEST_BROKER
-from helpers.mirror_run import MirrorThread, write_config
+from helpers.mirror_run import MirrorThread, listen_port, write_config
 from tidelog.gateway.seqno import SourceState
 from tidelog.gateway.state_codec import encode_state, shard_of, state_key
 from tidelog.governor.planner import PartitionMove
@@ -51,7 +51,7 @@ platform_browser_broker = module_broker("platform_browser_broker", {**GATEWAY_TE
 KEEP_LINK, CHECKPOINT_LINK = unique_topic("keep"), unique_topic("dc2")
 SOURCE = unique_topic("orders")
 COPY = f"copy.{SOURCE}"
-METRICS_PORT = free_port()
+METRICS_PORT = listen_port()  # bound by the mirror later: never an ephemeral port
 AT_MS = 1796230000000
 SOURCES = {f"pos-{city}-{n:02d}": seqno for n, (city, seqno) in
            enumerate([("berlin", 14), ("paris", 3), ("lyon", 27), ("oslo", 0), ("riga", 9), ("porto", 5)])}

@@ -17,7 +17,8 @@ even when a process is down, and work against Apache Kafka too.
 - **Offset-preserving links** (``offsets = "preserve"``) write no checkpoint: their position *is* the
   destination's log end. Such a link is found by what it leaves on the destination, the topics whose
   ``mirror.source`` override names it (one DescribeConfigs of every topic, at most once per metadata
-  refresh); each of their partitions is a row with the destination's log start and end (ListOffsets).
+  refresh and in the background once answered, so a new mark shows a view or two later); each of
+  their partitions is a row with the destination's log start and end (ListOffsets).
   A link whose file is given in ``console.mirror.config`` also gets its source side, read through
   the Kafka protocol with the link's own ``[source]`` settings: the source topic (the link's
   ``rename`` undone), log start and end, lag = source end - max(destination end, source start) as
@@ -232,6 +233,7 @@ class PlatformView:
         self._tails: dict[str, StateTail[Any]] = {}
         self._lock = threading.Lock()
         self._marks: tuple[float, dict[str, str]] | None = None  # (metadata fetched_at, topic -> link)
+        self._marking = False  # a background DescribeConfigs is under way
         self._links = {link.name: link for link in config.mirror_links}
         self._sources: dict[str, KafkaView] = {}
 
@@ -278,15 +280,31 @@ class PlatformView:
         return GatewayState(topic, True, len(info.topics[topic].partitions), tuple(rows), skipped)
 
     def _marked(self, info: ClusterInfo) -> dict[str, str]:
-        """Destination topic -> the offset-preserving link its ``mirror.source`` names; asked again only
-        when the metadata was (so at most once per ``console.metadata.max.age.ms``)."""
+        """Destination topic -> the offset-preserving link its ``mirror.source`` names. Asked once per
+        metadata refresh (at most once per ``console.metadata.max.age.ms``), and like the metadata in the
+        background once there is an answer: DescribeConfigs of every topic takes a loaded broker a few
+        hundred ms at 100 topics, which no page view should wait for. Only the first view waits."""
         with self._lock:
-            if self._marks is not None and self._marks[0] == info.fetched_at:
-                return self._marks[1]
-        marks = self.view.topic_overrides([t for t in info.topics if not t.startswith("__")], MIRROR_SOURCE)
-        with self._lock:
-            self._marks = (info.fetched_at, marks)
-        return marks
+            marks = self._marks
+            refresh = marks is not None and marks[0] != info.fetched_at and not self._marking
+            self._marking = self._marking or refresh
+        if marks is None:
+            found = self.view.topic_overrides([t for t in info.topics if not t.startswith("__")], MIRROR_SOURCE)
+            with self._lock:
+                self._marks = (info.fetched_at, found)
+            return found
+        if refresh:
+            threading.Thread(target=self._mark, args=(info,), name="console-mirror-marks", daemon=True).start()
+        return marks[1]
+
+    def _mark(self, info: ClusterInfo) -> None:
+        try:
+            found = self.view.topic_overrides([t for t in info.topics if not t.startswith("__")], MIRROR_SOURCE)
+            with self._lock:
+                self._marks = (info.fetched_at, found)
+        finally:
+            with self._lock:
+                self._marking = False
 
     def _source(self, link: MirrorConfig) -> KafkaView:
         with self._lock:

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from tidelog.common.platform_records import GovernorMove
 from tidelog.console.config import ConfigError, ConsoleConfig, parse_config
-from tidelog.console.kafka import ClusterInfo, KafkaView
-from tidelog.console.platform import PreservedRow, mirror_lag, move_state, source_topic
+from tidelog.console.kafka import ClusterInfo, KafkaView, TopicInfo
+from tidelog.console.platform import PlatformView, PreservedRow, mirror_lag, move_state, source_topic
 
 
 @pytest.mark.parametrize("before, after, replicas, cancelled, state", [
@@ -119,3 +120,36 @@ def test_mirror_link_files_are_read_at_start_and_a_bad_one_names_the_key(tmp_pat
         parse_config({"console.mirror.config": str(tmp_path / "missing.toml")})
     with pytest.raises(ConfigError, match="two files name the same link"):
         parse_config({"console.mirror.config": f"{link_file(tmp_path, 'a')},{link_file(tmp_path, 'a')}"})
+
+
+class MarkingView(KafkaView):
+    """A KafkaView whose DescribeConfigs of the topics' ``mirror.source`` (the seam) is counted and can be held."""
+
+    def __init__(self, config: ConsoleConfig) -> None:
+        super().__init__(config)
+        self.asked = 0
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def topic_overrides(self, topics: Sequence[str], name: str) -> dict[str, str]:
+        self.gate.wait(10)
+        self.asked += 1
+        return {t: f"link-{self.asked}" for t in topics}
+
+
+def test_preserving_links_marks_are_asked_once_per_metadata_and_then_in_the_background() -> None:
+    config = parse_config({"bootstrap.servers": "127.0.0.1:1"})
+    view = MarkingView(config)
+    platform = PlatformView(config, view)
+    first, second = (ClusterInfo("c", 1, (), {"orders": TopicInfo("orders", (), False)}, at) for at in (1.0, 2.0))
+    assert platform._marked(first) == {"orders": "link-1"}       # the first view waits for the answer
+    assert platform._marked(first) == {"orders": "link-1"} and view.asked == 1  # same metadata: not asked again
+    view.gate.clear()
+    started = time.monotonic()
+    assert platform._marked(second) == {"orders": "link-1"}      # newer metadata: the old answer at once
+    assert platform._marked(second) == {"orders": "link-1"} and time.monotonic() - started < 0.5
+    view.gate.set()
+    deadline = time.monotonic() + 5
+    while platform._marked(second) != {"orders": "link-2"} and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert platform._marked(second) == {"orders": "link-2"} and view.asked == 2  # one background ask, not two
