@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +24,21 @@ from helpers.broker_process import REPO_ROOT
 
 OFFSET_HEADER = "tidelog.mirror.offset"
 Record = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
+
+
+def listen_port() -> int:
+    """A free port for a listener that starts a while after the port is chosen (a mirror's metrics, named
+    in a console's settings first). Taken below the kernel's ephemeral range (32768-60999 on Linux), so
+    neither an outgoing connection's local port nor another ``free_port()`` can take it meanwhile."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port in 20000-32000")
 
 
 def write_config(path: Path, *, name: str, source: str, destination: str, include: Iterable[str],
@@ -362,3 +378,23 @@ def footprint(source: str, destination: str, workdir: Path, *, topic: str, parti
     finally:
         mirror.close()
     return peak / (1 << 20), elapsed
+
+
+class MirrorThread:
+    """One process of a link run in this test process (``tidelog.mirror.app.run`` in a thread, its
+    metrics listener included), stopped on exit the way ``tidelog mirror run`` stops on SIGTERM."""
+
+    def __init__(self, config: Path) -> None:
+        from tidelog.mirror import load_config
+        from tidelog.mirror.app import run
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=run, args=(load_config(config), self.stop), daemon=True)
+
+    def __enter__(self) -> MirrorThread:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive()

@@ -4,7 +4,9 @@
   plan written with the governor's ``Store`` and ``PartitionMove.to_json``, as ``submit`` writes it;
 - the mirror: a real link (``tidelog.mirror.app.run`` in a thread) copying a topic of the broker to
   renamed topics on the same broker, its metrics endpoint given to the console for the lag columns;
-- the gateway: ``tidelog gateway`` as a subprocess, written to over HTTP by several sources.
+- the gateway: ``tidelog gateway`` as a subprocess, written to over HTTP by several sources;
+- an offset-preserving link's destination: a topic given ``mirror.source`` by hand (the link itself,
+  with its source side, runs in test_console_platform_browser.py).
 
 The console runs as a subprocess (``ConsoleProcess``); the checks are on the HTML it serves (rows,
 search, paging, empty states), compared with what was written.
@@ -13,7 +15,6 @@ search, paging, empty states), compared with what was written.
 from __future__ import annotations
 
 import re
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,30 +24,34 @@ from pathlib import Path
 import httpx
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from helpers.broker_process import BrokerProcess, free_port, module_broker, wait_until
+from helpers.broker_process import BrokerProcess, module_broker, wait_until
 from helpers.cli_runner import run_cli
 from helpers.clients import create_topic, unique_topic
 from helpers.console_process import ConsoleProcess
 from helpers.gateway_process import GATEWAY_TEST_BROKER, GatewayProcess, write_json
-from helpers.mirror_run import write_config
+from helpers.mirror_run import MirrorThread, listen_port, write_config
 from tidelog.governor.planner import PartitionMove
 from tidelog.governor.store import Store
+from tidelog.mirror.position import shard_of
 
 platform_broker = module_broker("platform_broker", {**GATEWAY_TEST_BROKER, "offsets.topic.num.partitions": 1,
                                                     "transaction.state.log.num.partitions": 1})
 empty_broker = module_broker("empty_broker", {"offsets.topic.num.partitions": 1})
 GATEWAY_GROUP = f"gw-{uuid.uuid4().hex[:8]}"
-MIRROR_PORT = free_port()
+MIRROR_PORT = listen_port()  # bound by the mirror much later: never an ephemeral port
+LOST_LINK, LOST_SOURCE = unique_topic("lost"), f"127.0.0.1:{listen_port()}"  # a preserving link, nothing there
 
 
 @pytest.fixture(scope="module")
 def console(platform_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleProcess]:
-    settings = {"console.gateway.state.topic": f"__gwstate-{GATEWAY_GROUP}",
+    workdir = tmp_path_factory.mktemp("platform-console")
+    lost = write_config(workdir / "lost.toml", name=LOST_LINK, source=LOST_SOURCE, destination=platform_broker.bootstrap,
+                        include=[".*"], rename="dc1.{topic}", link={"offsets": "preserve", "shards": 8})
+    settings = {"console.gateway.state.topic": f"__gwstate-{GATEWAY_GROUP}", "console.mirror.config": lost,
                 "console.mirror.url": f"http://127.0.0.1:{MIRROR_PORT}", "console.lag.interval.ms": 60000}
-    with ConsoleProcess(tmp_path_factory.mktemp("platform-console"), platform_broker.bootstrap,
-                        settings).start(timeout=60) as process:
+    with ConsoleProcess(workdir, platform_broker.bootstrap, settings).start(timeout=60) as process:
         yield process
 
 
@@ -119,23 +124,6 @@ def test_governor_panel_shows_control_the_plan_with_each_move_state_and_the_last
     assert "<code>plan-7f3a</code> ended 2026-12-02 16:56:40.000Z · rebalance · 60 moves, 58 cancelled" in html
 
 
-class RunningMirror:
-    def __init__(self, config: Path) -> None:
-        from tidelog.mirror import load_config
-        from tidelog.mirror.app import run
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=run, args=(load_config(config), self.stop), daemon=True)
-
-    def __enter__(self) -> RunningMirror:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
-
-
 def test_mirror_panel_shows_each_links_checkpoints_with_shard_owner_and_lag(
         console: ConsoleProcess, platform_broker: BrokerProcess, tmp_path: Path) -> None:
     bootstrap = platform_broker.bootstrap
@@ -161,7 +149,7 @@ def test_mirror_panel_shows_each_links_checkpoints_with_shard_owner_and_lag(
         done = len(found) == 3 and all(r[4] == "10" and r[2] != "no owner" and r[8] == "0" for r in found)
         return found if done else None
 
-    with RunningMirror(config):
+    with MirrorThread(config):
         try:
             found = wait_until(caught_up, timeout=90, interval=1, message="the link's checkpoints on the page")
         except AssertionError as exc:
@@ -234,3 +222,51 @@ def test_an_open_transaction_on_a_state_topic_shows_what_is_committed_without_wa
     writer.commit_transaction(15)
     after = rows(page_once(console, f"/platform/mirror?q={link}", "in-flight-0"), "checkpoints")
     assert sorted((r[3], r[4]) for r in after) == [("committed-0", "9"), ("in-flight-0", "7")]
+
+
+def test_a_topic_marked_by_an_offset_preserving_link_is_listed_with_its_destination_offsets(
+        console: ConsoleProcess, platform_broker: BrokerProcess) -> None:
+    """Such a link writes no checkpoint: the console finds it by the ``mirror.source`` override on its
+    destination topics (here set by hand on an existing topic, as docs/mirror.md says to). With no
+    file for the link in ``console.mirror.config``, the source side is left empty, not guessed."""
+    bootstrap = platform_broker.bootstrap
+    link, topic = unique_topic("handmade"), create_topic(bootstrap, unique_topic("kept"), 2)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(7):
+        producer.produce(topic, value=b"x", partition=i % 2)
+    assert producer.flush(10) == 0
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("mirror.source", link, incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(10)
+
+    html = page_once(console, f"/platform/mirror?q={link}", f"{topic}-1")
+    assert rows(html, "preserved") == [[link, f"{topic}-0", "0", "4", "", "", "", "", "", "", ""],
+                                       [link, f"{topic}-1", "0", "3", "", "", "", "", "", "", ""]]
+    assert f"not given for {link}: those columns stay empty" in html
+    summary = [r for r in rows(page(console, "/platform"), "links") if r[0] == link]
+    assert summary == [[link, "0", "0", "2", "", "", "preserved"]]  # no link topic: it never ran here
+
+
+def test_a_preserving_links_source_that_does_not_answer_is_named_and_its_destination_still_shown(
+        console: ConsoleProcess, platform_broker: BrokerProcess) -> None:
+    """The link's file (``console.mirror.config``) names a source where nothing listens: the page says
+    so above the table, within the console's 3 s bound, with the destination side and the shard (from
+    the file's rename and shard count) still shown."""
+    bootstrap = platform_broker.bootstrap
+    topic = create_topic(bootstrap, f"dc1.{unique_topic('audit')}", 1)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("mirror.source", LOST_LINK, incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(10)
+
+    page_once(console, f"/platform/mirror?q={LOST_LINK}", f"{topic}-0")
+    started = time.monotonic()
+    html = page(console, f"/platform/mirror?q={LOST_LINK}")
+    assert time.monotonic() - started < 8
+    assert f"link {LOST_LINK}: the source {LOST_SOURCE} does not answer: " in html
+    source = topic.removeprefix("dc1.")
+    assert rows(html, "preserved") == [[LOST_LINK, f"{topic}-0", "0", "0", f"{source}-0", "", "", str(shard_of(source, 0, 8)),
+                                        "no owner", "", ""]]

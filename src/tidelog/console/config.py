@@ -13,6 +13,10 @@ usage and byte rates, sampled every ``console.chart.interval.ms`` for the charts
 (their readiness and metrics are shown only when set). The platform panels read the processes' state
 topics: ``console.governor.state.topic`` and ``console.gateway.state.topic`` name them when the
 processes were started with other names than their defaults; mirror links are found by name.
+``console.mirror.config`` (comma-separated paths to mirror links' TOML files, the files the links run
+with) gives the console an ``offsets = "preserve"`` link's source cluster, rename and shard count: the
+only way to show such a link's source offsets, lag and shard owners, since it keeps no checkpoint on
+the destination (platform.py). The files are read and checked at start, like the mirror reads them.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tidelog.common.errors import TidelogError
+from tidelog.mirror.config import MirrorConfig, load_config
 from tidelog.web.server import ListenerConfig
 
 _SECRET_WORDS = ("password", "secret", "key", "token", "jaas")
@@ -57,6 +63,7 @@ class ConsoleConfig:
     governor_url: str = ""
     governor_state_topic: str = "__tidelog_governor"
     gateway_state_topic: str = "__tidelog_gateway_state"
+    mirror_links: tuple[MirrorConfig, ...] = ()
 
     def listener(self) -> ListenerConfig:
         return ListenerConfig(self.listen_host, self.listen_port, self.ssl_certfile, self.ssl_keyfile)
@@ -101,6 +108,21 @@ def _url(text: str) -> str:
     return _urls(text)[0] if text.strip() else ""
 
 
+def _mirror_links(text: str) -> tuple[MirrorConfig, ...]:
+    links = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            links.append(load_config(Path(part)))
+        except (OSError, TidelogError) as exc:
+            raise ValueError(f"{part}: {exc}") from None
+    names = [link.name for link in links]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two files name the same link: {sorted(n for n in set(names) if names.count(n) > 1)}")
+    return tuple(links)
+
+
 def _topic(text: str) -> str:
     if not text or len(text) > 249 or any(not (c.isalnum() or c in "._-") for c in text):
         raise ValueError(f"not a topic name: {text!r}")
@@ -130,6 +152,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "console.governor.url": ("governor_url", _url),
     "console.governor.state.topic": ("governor_state_topic", _topic),
     "console.gateway.state.topic": ("gateway_state_topic", _topic),
+    "console.mirror.config": ("mirror_links", _mirror_links),
 }
 KNOWN_KEYS = frozenset([*_KEYS, "bootstrap.servers"])
 

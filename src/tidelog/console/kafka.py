@@ -305,6 +305,24 @@ class KafkaView:
         return [ConfigValue(e.name, None if e.is_sensitive else e.value, _source(e.source), bool(e.is_read_only),
                             bool(e.is_sensitive)) for e in sorted(entries.values(), key=lambda e: e.name)]
 
+    def topic_overrides(self, topics: Sequence[str], name: str) -> dict[str, str]:
+        """The topics among ``topics`` that set ``name`` as their own override (``DYNAMIC_TOPIC_CONFIG``),
+        with its value: one DescribeConfigs for them all. A topic that cannot be described (deleted
+        meanwhile, not authorized) is left out."""
+        if not topics:
+            return {}
+        futures = self.admin.describe_configs([ConfigResource(ResourceType.TOPIC, t) for t in topics],
+                                              request_timeout=self.timeout)
+        found = {}
+        for resource, future in futures.items():
+            try:
+                entry = future.result(timeout=self.timeout).get(name)
+            except BaseException:
+                continue
+            if entry is not None and entry.value and _source(entry.source) == "DYNAMIC_TOPIC_CONFIG":
+                found[str(resource.name)] = str(entry.value)
+        return found
+
     def broker_configs(self, broker: int) -> dict[str, str | None]:
         """One broker's settings by name (what DescribeConfigs shows of them)."""
         futures = self.admin.describe_configs([ConfigResource(ResourceType.BROKER, str(broker))],

@@ -1,7 +1,9 @@
 """The Platform pages: a summary of the governor, the mirror links and the gateway as the cluster's
 state topics show them (``platform.PlatformView``), one page per part with its table (searched with
 ``q``, sorted with ``sort``/``desc``, ``PAGE_SIZE`` rows a page, all on the server), and the
-processes' own readiness and metrics when their URLs are configured.
+processes' own readiness and metrics when their URLs are configured. The mirror page has a second
+table, the offset-preserving links' partitions, searched with the same ``q`` and paged on its own
+(``ppage``).
 
 Every page answers even when a part is not used on the cluster (its topic absent: the page says so)
 or its topic cannot be read (the broker's error is shown in the part's panel, the rest still renders).
@@ -10,6 +12,7 @@ or its topic cannot be read (the broker's error is shown in the part's panel, th
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +22,14 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from tidelog.console.kafka import KafkaFailure
-from tidelog.console.platform import CheckpointRow, GatewayRow, MirrorState, MoveRow, PlatformView
+from tidelog.console.platform import (
+    CheckpointRow,
+    GatewayRow,
+    MirrorState,
+    MoveRow,
+    PlatformView,
+    PreservedRow,
+)
 
 if TYPE_CHECKING:
     from tidelog.console.pages import Pages
@@ -83,10 +93,29 @@ class PlatformPages:
             "partition": lambda r: (r.link, r.checkpoint.topic, r.checkpoint.partition),
             "shard": lambda r: (r.link, r.shard, r.checkpoint.topic, r.checkpoint.partition),
             "commit": lambda r: r.checkpoint.at, "lag": lambda r: -1 if r.lag_records is None else r.lag_records}
+        preserved, ppage, ppages = self._preserved(request, state)
         return self._table(request, "platform_mirror.html", state.rows if state else (), keys, "partition",
                            lambda r, q: q in r.checkpoint.topic.lower() or q in r.link.lower()
                            or q in r.owner.lower(), state=state, error=error,
-                           config_mirror_url=self.pages.config.mirror_url)
+                           config_mirror_url=self.pages.config.mirror_url, preserved=preserved, ppage=ppage,
+                           ppages=ppages, configured={link.name for link in self.pages.config.mirror_links})
+
+    def _preserved(self, request: Request, state: MirrorState | None) -> tuple[list[PreservedRow], int, int]:
+        """The offset-preserving links' partitions: searched with the same ``q``, by lag first when the
+        checkpoints are sorted by lag, paged on their own (``ppage``)."""
+        from tidelog.console.pages import PAGE_SIZE
+        needle = request.query_params.get("q", "").strip().lower()
+        rows = [r for r in (state.preserved if state else ()) if not needle or needle in r.topic.lower()
+                or needle in r.source_topic.lower() or needle in r.link.lower() or needle in r.owner.lower()]
+        if request.query_params.get("sort") == "lag":
+            rows.sort(key=lambda r: -1 if r.lag_records is None else r.lag_records,
+                      reverse=request.query_params.get("desc") == "1")
+        pages = max(1, math.ceil(len(rows) / PAGE_SIZE))
+        try:
+            page = max(1, min(pages, int(request.query_params.get("ppage", "1"))))
+        except ValueError:
+            page = 1
+        return rows[(page - 1) * PAGE_SIZE: page * PAGE_SIZE], page, pages
 
     async def gateway(self, request: Request) -> Response:
         state, error = await self._part(self.platform.gateway)
