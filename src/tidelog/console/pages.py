@@ -20,16 +20,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote
 
 import httpx
 import jinja2
-from starlette.datastructures import URL
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -43,6 +41,7 @@ from tidelog.console.charts import BrokerCharts
 from tidelog.console.config import ConsoleConfig
 from tidelog.console.kafka import KafkaFailure, KafkaView, TopicInfo
 from tidelog.console.lag import Status
+from tidelog.console.paging import paginate, url_with
 from tidelog.console.platform import PlatformView
 from tidelog.console.platform_pages import PlatformPages
 from tidelog.console.sampler import LagSampler
@@ -51,7 +50,6 @@ from tidelog.console.wire import Wire
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
-PAGE_SIZE = 50
 FLASH_COOKIE = "tidelog_console_flash"
 MAX_FORM_BYTES = 1024 * 1024
 
@@ -241,7 +239,7 @@ class Pages:
             "replication": lambda t: t.replication_factor, "under_replicated": lambda t: t.under_replicated}
         rows = [t for t in info.topics.values() if q.lower() in t.name.lower()]
         rows.sort(key=keys.get(sort, keys["name"]), reverse=desc)
-        page, pages, shown = _paginate(rows, request)
+        page, pages, shown = paginate(rows, request)
         sizes: dict[str, float] = {}
         rates: dict[str, float | None] = {}
         if self.scraper.enabled and await self.scraper.scrape(self.http) is not None:
@@ -252,7 +250,7 @@ class Pages:
             for name in wanted:
                 rates[name] = self.scraper.rate("tidelog_topic_bytes_in_total", _topic_is(name))
         return self.render(request, "topics.html", topics=shown, q=q, sort=sort, desc=desc, page=page, pages=pages,
-                           total=len(rows), url=_url_with(request.url), sizes=sizes, rates=rates,
+                           total=len(rows), url=url_with(request.url), sizes=sizes, rates=rates,
                            metrics=self.scraper.enabled)
 
     async def create_topic(self, request: Request) -> Response:
@@ -428,9 +426,9 @@ class Pages:
                 for g in listed if q.lower() in g.group_id.lower()]
         key = {"name": "id", "lag": "lag", "status": "status", "state": "state"}.get(sort, "id")
         rows.sort(key=lambda row: row[key], reverse=desc)
-        page, pages, shown = _paginate(rows, request)
+        page, pages, shown = paginate(rows, request)
         return self.render(request, "groups.html", groups=shown, q=q, sort=sort, desc=desc, page=page, pages=pages,
-                           total=len(rows), url=_url_with(request.url))
+                           total=len(rows), url=url_with(request.url))
 
     async def groups_json(self, request: Request) -> Response:
         return JSONResponse({"values": {f"status:{g}": r.status.name for g, r in self.sampler.results.items()}
@@ -572,10 +570,10 @@ class Pages:
             rules_error = str(exc)
         q = request.query_params.get("q", "").strip()
         rows = [e for e in entries if q.lower() in quotas.entity_text(e.entity).lower()]
-        page, pages, shown = _paginate(rows, request)
+        page, pages, shown = paginate(rows, request)
         return self.render(request, "quotas.html", entries=shown, error=error, rules=rules, rules_error=rules_error,
                            tier_default=tier_default, tiers_known=bool(rules) or any(e.tier for e in entries),
-                           q=q, page=page, pages=pages, total=len(rows), url=_url_with(request.url),
+                           q=q, page=page, pages=pages, total=len(rows), url=url_with(request.url),
                            keys=quotas.KEYS, number=quotas.number_text, default=quotas.DEFAULT)
 
     async def set_quota(self, request: Request) -> Response:
@@ -614,21 +612,6 @@ def _topic_is(name: str) -> Callable[[dict[str, str]], bool]:
 def _new_nonce() -> str:
     import secrets
     return secrets.token_hex(16)
-
-
-def _paginate(rows: Sequence[Any], request: Request) -> tuple[int, int, Sequence[Any]]:
-    pages = max(1, math.ceil(len(rows) / PAGE_SIZE))
-    try:
-        page = max(1, min(pages, int(request.query_params.get("page", "1"))))
-    except ValueError:
-        page = 1
-    return page, pages, rows[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
-
-
-def _url_with(url: URL) -> Callable[..., str]:
-    def make(**changes: Any) -> str:
-        return str(url.include_query_params(**changes).replace(scheme="", netloc="")).removeprefix("//")
-    return make
 
 
 def _parse_moves(text: str) -> dict[tuple[str, int], int]:

@@ -12,16 +12,17 @@ or its topic cannot be read (the broker's error is shown in the part's panel, th
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from tidelog.console.kafka import KafkaFailure
+from tidelog.console.config import ConsoleConfig
+from tidelog.console.kafka import KafkaFailure, KafkaView
+from tidelog.console.paging import paginate, url_with
 from tidelog.console.platform import (
     CheckpointRow,
     GatewayRow,
@@ -31,12 +32,22 @@ from tidelog.console.platform import (
     PreservedRow,
 )
 
-if TYPE_CHECKING:
-    from tidelog.console.pages import Pages
+
+class PageHost(Protocol):
+    """What these pages use of the console's main ``Pages`` (which builds them): its settings, its
+    cluster view and HTTP client, its template rendering and the platform processes' URLs."""
+
+    config: ConsoleConfig
+    view: KafkaView
+    http: httpx.AsyncClient
+
+    def render(self, request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse: ...
+
+    def _platform_urls(self) -> dict[str, str]: ...
 
 
 class PlatformPages:
-    def __init__(self, pages: Pages, platform: PlatformView) -> None:
+    def __init__(self, pages: PageHost, platform: PlatformView) -> None:
         self.pages = pages
         self.platform = platform
 
@@ -103,19 +114,14 @@ class PlatformPages:
     def _preserved(self, request: Request, state: MirrorState | None) -> tuple[list[PreservedRow], int, int]:
         """The offset-preserving links' partitions: searched with the same ``q``, by lag first when the
         checkpoints are sorted by lag, paged on their own (``ppage``)."""
-        from tidelog.console.pages import PAGE_SIZE
         needle = request.query_params.get("q", "").strip().lower()
         rows = [r for r in (state.preserved if state else ()) if not needle or needle in r.topic.lower()
                 or needle in r.source_topic.lower() or needle in r.link.lower() or needle in r.owner.lower()]
         if request.query_params.get("sort") == "lag":
             rows.sort(key=lambda r: -1 if r.lag_records is None else r.lag_records,
                       reverse=request.query_params.get("desc") == "1")
-        pages = max(1, math.ceil(len(rows) / PAGE_SIZE))
-        try:
-            page = max(1, min(pages, int(request.query_params.get("ppage", "1"))))
-        except ValueError:
-            page = 1
-        return rows[(page - 1) * PAGE_SIZE: page * PAGE_SIZE], page, pages
+        page, pages, on_page = paginate(rows, request, "ppage")
+        return list(on_page), page, pages
 
     async def gateway(self, request: Request) -> Response:
         state, error = await self._part(self.platform.gateway)
@@ -128,16 +134,15 @@ class PlatformPages:
 
     def _table(self, request: Request, template: str, rows: Any, keys: dict[str, Callable[[Any], Any]],
                default: str, match: Callable[[Any, str], bool], **context: Any) -> Response:
-        from tidelog.console.pages import _paginate, _url_with  # pages imports this module: import late
         q = request.query_params.get("q", "").strip()
         sort = request.query_params.get("sort", default)
         desc = request.query_params.get("desc") == "1"
         needle = q.lower()
         shown = [r for r in rows if not needle or match(r, needle)]
         shown.sort(key=keys.get(sort, keys[default]), reverse=desc)
-        page, pages, rows_on_page = _paginate(shown, request)
+        page, pages, rows_on_page = paginate(shown, request)
         return self.pages.render(request, template, rows=rows_on_page, q=q, sort=sort, desc=desc, page=page,
-                                 pages=pages, total=len(shown), url=_url_with(request.url), **context)
+                                 pages=pages, total=len(shown), url=url_with(request.url), **context)
 
     async def _endpoints(self) -> list[dict[str, Any]]:
         """The processes' readiness and metrics, for those whose URL is configured."""
