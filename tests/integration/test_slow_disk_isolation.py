@@ -187,22 +187,26 @@ class RollingWriter(threading.Thread):
 def test_rolls_on_a_slow_dir_do_not_hold_up_produce_to_the_healthy_dir(broker: BrokerProcess) -> None:
     """Each roll of the slow dir's topic takes the injected second (on that dir's pool); the healthy
     dir's producer is answered in milliseconds throughout, its worst round trip far below a second."""
-    healthy, slow = place_topics(broker, {"segment.bytes": "16384"})
-    segments = broker.workdir / "data" / "b" / f"{slow}-0"
-    rolls_before = metric(broker, "tidelog_disk_work_total", lane="dir", kind="roll") or 0
+    healthy, slow = place_topics(broker, {"segment.bytes": "16384"})  # the healthy topic rolls too, on its fast dir
+
+    def segments(topic: str, on: str) -> int:
+        return len(list((broker.workdir / "data" / on / f"{topic}-0").glob("*.log")))
+
     writer = RollingWriter(broker.bootstrap, slow)
     writer.start()
     try:
-        assert wait_until(lambda: len(list(segments.glob("*.log"))) >= 2, 20), "the slow dir's topic rolls"
+        assert wait_until(lambda: segments(slow, "b") >= 2, 20), "the slow dir's topic rolls"
+        slow_before, healthy_before = segments(slow, "b"), segments(healthy, "a")
         acks, _ = round_trips(broker.bootstrap, healthy, 4.0)
-        rolls = (metric(broker, "tidelog_disk_work_total", lane="dir", kind="roll") or 0) - rolls_before
+        slow_rolls, healthy_rolls = segments(slow, "b") - slow_before, segments(healthy, "a") - healthy_before
     finally:
         writer.stop.set()
         writer.join(40)
-    print(f"healthy dir produce during {rolls:.0f} slow rolls: {len(acks)} acks, "
+    print(f"healthy dir produce during {slow_rolls} slow rolls (and {healthy_rolls} of its own): {len(acks)} acks, "
           f"median {statistics.median(acks):.1f} ms, worst {max(acks):.1f} ms")
-    assert rolls >= 3, "the slow dir rolled during the measurement"
-    assert writer.acked > 30 and len(list(segments.glob("*.log"))) >= 4
+    assert slow_rolls >= 2, "the slow dir rolled during the measurement"
+    assert writer.acked > 30
+    assert (metric(broker, "tidelog_disk_work_total", lane="dir", kind="roll") or 0) >= slow_rolls + healthy_rolls
     assert len(acks) > 20, f"only {len(acks)} produce round trips in 4 s"
     assert statistics.median(acks) < DELAY_MS / 10, sorted(acks)
     assert max(acks) < DELAY_MS / 2, f"a healthy produce waited {max(acks):.0f} ms: behind a slow roll?"
