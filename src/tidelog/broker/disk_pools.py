@@ -15,7 +15,8 @@ disk their partitions live on. This module decides where the disk work of a requ
   produce (``roll_before_append``: the new segment's files, the sealed segment's index writes, the
   producer-state snapshot and its fsyncs; storage/roll_plan.py). A roll is planned on the loop (no
   system call) and completed on the pool; the partition's appends await it, so they stay in order,
-  while every other partition is served. A roll made inside another kind of append (a follower's,
+  while every other partition is served. The snapshot is written by a second pool job that nobody
+  awaits. A roll made inside another kind of append (a follower's,
   a transaction marker's, a coordinator's) still runs in that append, and only its snapshot fsyncs
   come here (``sync_snapshots_later``; storage/log.py, "Durability"). A pooled read does the
   whole disk part in the worker, the batch lookup and the ``pread`` of the bytes, so the response
@@ -255,19 +256,32 @@ class DiskPools:
         def work() -> None:
             if delay:
                 time.sleep(delay)
-            plog.complete_roll(plan)
+            plog.complete_roll(plan, write_snapshot=False)
+
+        def write_snapshot() -> None:
+            if delay:
+                time.sleep(delay)
+            plog.write_pending_snapshots()
 
         loop = asyncio.get_running_loop()
+        pool = self._dir_pool(state)
         try:
-            future = loop.run_in_executor(self._dir_pool(state), work)
+            future = loop.run_in_executor(pool, work)
         except RuntimeError:  # shut down: the append settles the plan itself
             return
         self.m_work.inc(("dir", "roll"))
         self._rolls[plog] = future
         future.add_done_callback(functools.partial(self._roll_done, plog))
         await asyncio.wait([future])
-        if not future.cancelled():  # cancelled by shutdown: the append settles the plan itself
-            future.result()
+        if future.cancelled():  # by shutdown: the append settles the plan itself
+            return
+        future.result()
+        # The snapshot (written, fsynced, renamed, the directory fsynced) is not awaited: the
+        # partition's appends go on meanwhile, as they did when a roll only queued its fsyncs.
+        try:
+            pool.submit(write_snapshot).add_done_callback(functools.partial(_report_sync, plog))
+        except RuntimeError:
+            return  # shut down: the log's clean close (a flush) writes it
 
     def _roll_done(self, plog: PartitionLog, future: asyncio.Future[None]) -> None:
         if self._rolls.get(plog) is future:

@@ -935,16 +935,19 @@ class PartitionLog:
             self._roll_plan = RollPlan(self.dir, seg, self.log_end_offset, self.config.segment_index_bytes, now_ms)
             return self._roll_plan
 
-    def complete_roll(self, plan: RollPlan) -> None:
+    def complete_roll(self, plan: RollPlan, *, write_snapshot: bool = True) -> None:
         """Make a planned roll's files (no lock held), install them (under the lock) and write its
-        snapshot (roll_plan.py, steps 2 and 3). A plan another thread settled meanwhile needs nothing
-        more here. Raises what the roll's disk work raised (KAFKA_STORAGE_ERROR)."""
+        snapshot (roll_plan.py, steps 2 and 3; ``write_snapshot=False`` leaves that to a later
+        :meth:`write_pending_snapshots`, so the partition's next append need not wait for its
+        fsyncs). A plan another thread settled meanwhile needs nothing more here. Raises what the
+        roll's disk work raised (KAFKA_STORAGE_ERROR)."""
         if plan.claim():
             plan.make_files()
         with self._lock:
             if self._roll_plan is plan:
                 self._settle_roll()
-        self.write_pending_snapshots()
+        if write_snapshot:
+            self.write_pending_snapshots()
 
     def _settle_roll(self) -> None:
         """Under the lock: finish the planned roll, if any, before the log is written or cut."""

@@ -138,7 +138,9 @@ def test_a_roll_on_a_slow_dir_queues_its_snapshot_sync_on_that_dirs_pool(logs: L
     synced_on.clear()
     slowed.append_as_leader(build_batch([Record(0, NOW, None, b"x" * 200)], producer_id=3, producer_epoch=0,
                                         base_sequence=6), leader_epoch=0, now_ms=NOW)
-    assert synced_on == [threading.current_thread().name] and not slowed._unsynced_snapshots
+    # (a sync job queued earlier may still run on the pool and find nothing left: not counted)
+    assert [n for n in synced_on if not n.startswith("disk-")] == [threading.current_thread().name]
+    assert not slowed._unsynced_snapshots
     disk.shutdown()
 
 
@@ -151,9 +153,9 @@ def test_produce_rolls_on_a_slow_dir_run_on_its_pool_in_order_while_the_loop_kee
     completed_on: list[str] = []
     complete = slowed.complete_roll
 
-    def traced(plan: object) -> None:
+    def traced(plan: object, **kwargs: bool) -> None:
         completed_on.append(threading.current_thread().name)
-        complete(plan)  # type: ignore[arg-type]
+        complete(plan, **kwargs)  # type: ignore[arg-type]
 
     slowed.complete_roll = traced  # type: ignore[method-assign]
 
@@ -197,7 +199,10 @@ def test_produce_rolls_on_a_slow_dir_run_on_its_pool_in_order_while_the_loop_kee
     assert {name.rsplit("_", 1)[0] for name in completed_on} == {f"disk-{dir_name}"}
     assert worst_gap < 0.15, f"the loop stalled {worst_gap * 1000:.0f} ms during 1.2 s of slow rolls"
     assert healthy_appends > 20, "the healthy dir's partition was written meanwhile"
-    assert len(slowed.snapshot_files()) == 4 and not list(slowed.dir.glob("*.tmp"))
+    deadline = time.monotonic() + 10  # the snapshots are written by pool jobs nobody awaits
+    while len(slowed.snapshot_files()) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(slowed.snapshot_files()) == 4, "each roll's snapshot written by the dir's pool"
     assert 'tidelog_disk_work_total{lane="dir",kind="roll"} 4' in registry.render()
 
     disk.config.dynamic["tidelog.log.dir.io.threads"] = 0  # pools off: the roll waits on the loop, as before
