@@ -11,8 +11,9 @@ A ``PartitionLog`` on ``--dir`` (a real disk: on tmpfs an fsync costs nothing) t
   this before rolls moved off the loop): the roll still makes the new segment's files, writes the
   sealed segment's indexes and the snapshot in the appending thread;
 - ``planned, pool makes``: what produce does now (storage/roll_plan.py): ``begin_roll()`` in the
-  appending thread (no system call), ``complete_roll()`` on a worker thread (files, indexes),
-  awaited, then the snapshot written and fsynced by another job on that thread, not awaited. The
+  appending thread (no system call), ``complete_roll()`` on a pool of two threads (the default
+  ``tidelog.log.dir.io.threads``; files, indexes),
+  awaited, then the snapshot written and fsynced by another job on that pool, not awaited. The
   appending thread's time is ``begin_roll``'s; the partition's wait (its next append waits for
   the roll) is shown as "partition waits".
 
@@ -72,7 +73,7 @@ def main() -> None:
     parser.add_argument("--rolls", type=int, default=200)
     parser.add_argument("--dir", default="/var/tmp")
     args = parser.parse_args()
-    with ThreadPoolExecutor(1, thread_name_prefix="disk") as pool:
+    with ThreadPoolExecutor(2, thread_name_prefix="disk") as pool:  # tidelog.log.dir.io.threads
         for mode in MODES * 2:
             took, waited = run(mode, args.rolls, args.dir, pool)
             line = f"{mode:20s} appending thread: {summary(took)}"
