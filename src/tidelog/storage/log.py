@@ -76,6 +76,7 @@ from typing import NamedTuple
 from tidelog.common.errors import ErrorCode, KafkaError, RecordValidationError, StorageError
 from tidelog.protocol.compression import Compression, InflatedTooLarge
 from tidelog.protocol.records import (
+    HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
     ControlType,
@@ -901,23 +902,28 @@ class PartitionLog:
         """Would appending ``records`` as the leader roll the active segment first? Batch headers only,
         no validation (a bad batch answers False: the append refuses it). Callers roll ahead off their
         event loop (:meth:`begin_roll`); an append the estimate misses rolls inside itself, as before."""
-        buf: Buffer
+        if not isinstance(records, PreparedAppend) and len(records) >= HEADER_SIZE:
+            first = BatchHeader.parse(records)
+            if first.size == len(records):  # one batch, the common request: one unpack, no list
+                return self._would_roll(len(records), first.last_offset_delta + 1, now_ms, first.max_timestamp)
         if isinstance(records, PreparedAppend):
-            buf, headers = records.buf, records.headers
+            size, headers = len(records.buf), records.headers
         else:
-            buf = records
             try:
-                headers = list(iter_batches(records, validate=False))
+                size, headers = len(records), list(iter_batches(records, validate=False))
             except KafkaError:
                 return False
         if not headers:
             return False
         offsets = sum(h.last_offset_delta + 1 for h, _ in headers)
+        return self._would_roll(size, offsets, now_ms, max(h.max_timestamp for h, _ in headers))
+
+    def _would_roll(self, size: int, offsets: int, now_ms: int, max_timestamp: int) -> bool:
         with self._lock:
             if self.offline or self._roll_plan is not None:
                 return False
-            max_ts = now_ms if self.config.log_append_time else max(h.max_timestamp for h, _ in headers)
-            return self._roll_due(len(buf), offsets, now_ms, max_ts)
+            max_ts = now_ms if self.config.log_append_time else max_timestamp
+            return self._roll_due(size, offsets, now_ms, max_ts)
 
     @property
     def rolling(self) -> bool:
