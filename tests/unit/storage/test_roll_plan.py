@@ -5,6 +5,7 @@ every record and the producer state."""
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from pathlib import Path
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 from storage_helpers import NOW, LogFactory, make_batch
 
+from tidelog.common.errors import ErrorCode, KafkaError
 from tidelog.storage import log as log_module
+from tidelog.storage import roll_plan as roll_plan_module
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.roll_plan import PendingSnapshot
@@ -147,3 +150,26 @@ def test_a_close_settles_an_open_plan(open_log: LogFactory, tmp_path: Path) -> N
         assert reopened.log_end_offset == leo and reopened.active_segment.base_offset == leo
     finally:
         reopened.close(clean=False)
+
+
+def test_a_roll_that_cannot_make_its_files_fails_alone_and_leaves_none_behind(
+    open_log: LogFactory, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = open_log(SMALL)
+    seq = full(log)
+    leo = log.log_end_offset
+    plan = log.begin_roll(NOW)
+    assert plan is not None
+
+    def disk_full(directory: Path, base: int, *args: object, **kwargs: object) -> None:
+        (directory / f"{base:020d}.log").write_bytes(b"")  # the .log was made, its indexes were not
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(roll_plan_module, "LogSegment", disk_full)
+    with pytest.raises(KafkaError) as failed:
+        log.complete_roll(plan)
+    assert failed.value.code is ErrorCode.KAFKA_STORAGE_ERROR
+    assert not log.offline and not log.rolling, "ENOSPC fails the roll, not the log"
+    assert not (log.dir / f"{leo:020d}.log").exists(), "no empty segment left to claim the next offsets"
+    monkeypatch.undo()
+    assert append(log, seq) == leo, "space is back: the next append rolls and is written"
