@@ -16,9 +16,9 @@ disk their partitions live on. This module decides where the disk work of a requ
   producer-state snapshot and its fsyncs; storage/roll_plan.py). A roll is planned on the loop (no
   system call) and completed on the pool; the partition's appends await it, so they stay in order,
   while every other partition is served. The snapshot is written by a second pool job that nobody
-  awaits. A roll made inside another kind of append (a follower's,
-  a transaction marker's, a coordinator's) still runs in that append, and only its snapshot fsyncs
-  come here (``sync_snapshots_later``; storage/log.py, "Durability"). A pooled read does the
+  awaits. Followers' appends roll the same way (the replica fetcher's ``roll_ahead``). A roll made
+  inside another kind of append (a transaction marker's, a coordinator's) still runs in that
+  append, and only its snapshot fsyncs come here (``sync_snapshots_later``; storage/log.py, "Durability"). A pooled read does the
   whole disk part in the worker, the batch lookup and the ``pread`` of the bytes, so the response
   carries bytes and the loop never touches the file. A request that touches a slow dir then waits
   on that dir's threads only: requests for partitions on other dirs are served meanwhile.

@@ -14,7 +14,9 @@ A broker that follows partitions led by broker L runs one ``FollowerFetcher`` fo
 3. Each partition's batches are appended as the leader wrote them (``append_as_follower``: offsets,
    epochs and producer state from the batches themselves); the follower's high watermark becomes
    min(leader's high watermark, own log end): the bound of what consumers may read here (KIP-392),
-   whose waiting fetches ``on_high_watermark`` wakes.
+   whose waiting fetches ``on_high_watermark`` wakes. With ``roll_ahead`` (the broker's disk pools)
+   an append that would roll its segment first has the roll made off the event loop, awaited, and
+   is then appended with no await in between (storage/roll_plan.py).
 
 Repair: a followed partition in which the scrubber found a damaged range (storage/scrubber.py) is
 truncated to the range's first offset before the next fetch, which then copies that range and
