@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from helpers.broker_process import register_failure_report
+from helpers.broker_process import free_port, register_failure_report, wait_until
 from helpers.clients import watermark_offsets
 from helpers.cluster import Cluster
 
@@ -304,3 +305,32 @@ def test_leadership_returns_to_the_preferred_replica_after_it_comes_back(cluster
     while cluster.partition("preferred", 0)[0] != preferred and time.monotonic() < deadline:
         time.sleep(0.2)
     assert cluster.partition("preferred", 0)[0] == preferred
+
+
+def test_followers_roll_on_their_log_dirs_pool_and_keep_every_record(tmp_path: Path, pytestconfig: pytest.Config) -> None:
+    """A follower's append that would roll its segment has the roll made on the log dir's pool first
+    (disk_pools.roll_before_append through the replica fetcher), as a leader's Produce does."""
+    register_failure_report(pytestconfig)
+    metrics = {node: {"metrics.port": free_port()} for node in (1, 2, 3)}
+    cluster = Cluster(tmp_path, per_node=metrics).start()
+    try:
+        cluster.create_topic("rolled", partitions=1, replication=3, **{"segment.bytes": "16384"})
+        values = [b"v%04d-" % i + b"x" * 500 for i in range(300)]  # about 150 KB: nine rolls or so
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5,
+                             "batch.size": 4096})  # a request must fit the 16 KiB segments
+        errors: list[KafkaError | None] = []
+        for value in values:
+            producer.produce("rolled", value=value, partition=0, on_delivery=lambda e, _m: errors.append(e))
+        assert producer.flush(60) == 0 and errors == [None] * len(values)
+        leader, _, _ = cluster.partition("rolled", 0)
+        cluster.wait_for_isr("rolled", 0, {1, 2, 3})
+        for node, broker in cluster.brokers.items():
+            folder = broker.data_dir / "rolled-0"
+            assert wait_until(lambda folder=folder: len(list(folder.glob("*.log"))) >= 5, 30), f"node {node} rolled"
+            if node != leader:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{metrics[node]['metrics.port']}/metrics",
+                                              timeout=5).read().decode()
+                assert 'tidelog_disk_work_total{lane="dir",kind="roll"}' in text, f"follower {node} rolled inline"
+        assert [v for _, v in read_all(cluster.bootstrap, "rolled", 1)[0]] == values
+    finally:
+        cluster.close()

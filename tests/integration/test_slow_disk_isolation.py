@@ -3,7 +3,8 @@
 One broker with two log dirs; every read of ``data/b`` that returns bytes takes 1 s more
 (``tidelog.test.log.dir.read.delay``, the injected-latency seam of ``broker/disk_pools.py``). Two
 confluent-kafka consumers read a backlog on ``data/b`` from its start; meanwhile a producer
-(acks=all) and the admin client talk to the broker about a topic on ``data/a``. With the disk pools
+(acks=all) and the admin client talk to the broker about a topic on ``data/a``; another producer makes
+a topic on ``data/b`` roll a segment every few requests (each roll sleeps the injected second too). With the disk pools
 (the default) their requests are answered in the usual milliseconds while the slow dir's readers
 still make progress; with ``tidelog.log.dir.io.threads=0`` (every read on the event loop, as before)
 the same requests wait behind the slow reads, which shows the seam does what the first test relies on.
@@ -60,12 +61,12 @@ def metric(broker: BrokerProcess, name: str, **labels: str) -> float | None:
     return None
 
 
-def place_topics(broker: BrokerProcess) -> tuple[str, str]:
+def place_topics(broker: BrokerProcess, config: dict[str, str] | None = None) -> tuple[str, str]:
     """A new topic on each dir (a new log goes to the dir with fewer): (on a, on b)."""
     data = broker.workdir / "data"
     on: dict[str, str] = {}
     for _ in range(6):
-        name = create_topic(broker.bootstrap, unique_topic("iso"))
+        name = create_topic(broker.bootstrap, unique_topic("iso"), config=config)
         on.setdefault("a" if (data / "a" / f"{name}-0").is_dir() else "b", name)
         if len(on) == 2:
             return on["a"], on["b"]
@@ -155,6 +156,60 @@ def test_healthy_dir_clients_are_not_held_behind_a_slow_dirs_reads(broker: Broke
     assert len(acks) > 20, f"only {len(acks)} produce round trips in 4 s"
     assert statistics.median(acks) < DELAY_MS / 5, sorted(acks)
     assert statistics.median(admin_ms) < DELAY_MS / 5, sorted(admin_ms)
+
+
+class RollingWriter(threading.Thread):
+    """Produces 1 KB records to a topic with 16 KiB segments: a roll every 15 records or so (every
+    fourth request or so)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.topic = topic
+        self.stop = threading.Event()
+        self.acked = 0
+        # Batches of at most 4 KiB: a request must fit the topic's 16 KiB segment.bytes.
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", "batch.size": 4096,
+                                  **FAST_CLIENT})
+
+    def delivered(self, error: object, _msg: object) -> None:
+        if error is None:
+            self.acked += 1
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            if len(self.producer) < 40:  # a few rolls' worth waiting, not a backlog that outlives the test
+                self.producer.produce(self.topic, b"r" * 1000, on_delivery=self.delivered)
+            self.producer.poll(0.01)
+        self.producer.purge()
+        self.producer.flush(10)
+
+
+def test_rolls_on_a_slow_dir_do_not_hold_up_produce_to_the_healthy_dir(broker: BrokerProcess) -> None:
+    """Each roll of the slow dir's topic takes the injected second (on that dir's pool); the healthy
+    dir's producer is answered in milliseconds throughout, its worst round trip far below a second."""
+    healthy, slow = place_topics(broker, {"segment.bytes": "16384"})  # the healthy topic rolls too, on its fast dir
+
+    def segments(topic: str, on: str) -> int:
+        return len(list((broker.workdir / "data" / on / f"{topic}-0").glob("*.log")))
+
+    writer = RollingWriter(broker.bootstrap, slow)
+    writer.start()
+    try:
+        assert wait_until(lambda: segments(slow, "b") >= 2, 20), "the slow dir's topic rolls"
+        slow_before, healthy_before = segments(slow, "b"), segments(healthy, "a")
+        acks, _ = round_trips(broker.bootstrap, healthy, 4.0)
+        slow_rolls, healthy_rolls = segments(slow, "b") - slow_before, segments(healthy, "a") - healthy_before
+    finally:
+        writer.stop.set()
+        writer.join(40)
+    print(f"healthy dir produce during {slow_rolls} slow rolls (and {healthy_rolls} of its own): {len(acks)} acks, "
+          f"median {statistics.median(acks):.1f} ms, worst {max(acks):.1f} ms")
+    assert slow_rolls >= 2, "the slow dir rolled during the measurement"
+    assert writer.acked > 30
+    assert (metric(broker, "tidelog_disk_work_total", lane="dir", kind="roll") or 0) >= slow_rolls + healthy_rolls
+    assert len(acks) > 20, f"only {len(acks)} produce round trips in 4 s"
+    assert statistics.median(acks) < DELAY_MS / 10, sorted(acks)
+    assert max(acks) < DELAY_MS / 2, f"a healthy produce waited {max(acks):.0f} ms: behind a slow roll?"
 
 
 def test_a_slow_dir_recovers_when_its_reads_are_fast_again(broker: BrokerProcess) -> None:

@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Message
@@ -135,14 +136,21 @@ def test_records_acknowledged_with_acks_all_survive_sigkill(fresh_broker: Callab
     assert after.acked[0].offset() == marks[0][1]
 
 
+@pytest.mark.parametrize("roll_delay_ms", [0, 5], ids=["rolls", "slow-rolls"])
 def test_an_idempotent_producer_keeps_its_sequences_across_sigkill_after_many_rolls(
-    fresh_broker: Callable[..., BrokerProcess],
+    fresh_broker: Callable[..., BrokerProcess], tmp_path: Path, roll_delay_ms: int,
 ) -> None:
-    """Every roll writes a producer-state snapshot whose fsyncs run on the log dir's pool (not in the
-    append). Killed mid-stream and restarted, the broker rebuilds producer state from those snapshots:
-    the same idempotent producer's retries are recognised (no duplicates), its new batches accepted in
-    sequence, and nothing it was told is written is lost."""
-    broker = fresh_broker({"log.flush.interval.messages": 1, "auto.create.topics.enable": "false"})
+    """Every roll is planned in the append and completed on the log dir's pool (the new segment's
+    files, the snapshot and its fsyncs; storage/roll_plan.py). Killed mid-stream and restarted, the
+    broker rebuilds producer state from those snapshots: the same idempotent producer's retries are
+    recognised (no duplicates), its new batches accepted in sequence, and nothing it was told is
+    written is lost. ``slow-rolls``: the dir's pool work (rolls, flushes) sleeps 5 ms first (the test
+    seam), so the kill may land while a roll's files are being made or its snapshot written (the unit tests
+    in tests/unit/storage/test_roll_plan.py crash at each step on purpose)."""
+    overrides: dict[str, object] = {"log.flush.interval.messages": 1, "auto.create.topics.enable": "false"}
+    if roll_delay_ms:  # fresh_broker's first broker keeps its data in <tmp_path>/broker-0/data
+        overrides["tidelog.test.log.dir.read.delay"] = f"{tmp_path / 'broker-0' / 'data'}:{roll_delay_ms}"
+    broker = fresh_broker(overrides)
     topic = create_topic(broker.bootstrap, "rolling", partitions=1, config={"segment.bytes": "16384"})
     log = DeliveryLog()
     prod = producer(broker.bootstrap, {"enable.idempotence": True, "acks": "all", "linger.ms": 2,

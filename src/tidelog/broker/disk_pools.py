@@ -11,9 +11,14 @@ disk their partitions live on. This module decides where the disk work of a requ
   stays as it was: the bytes still go out with ``sendfile``. Followers' reads are not classified
   (replication stays inline unless the dir is slow).
 - **the log dir's pool** (``tidelog.log.dir.io.threads`` threads per dir): cold reads, every read of a
-  dir marked *slow*, produce's fsyncs (``flush.messages``/``flush.ms``), and the fsyncs of the
-  producer-state snapshot a segment roll writes (``sync_snapshots_later``: the roll, inside an append
-  on the loop, writes the snapshot without them and queues them here; storage/log.py, "Durability"). A pooled read does the
+  dir marked *slow*, produce's fsyncs (``flush.messages``/``flush.ms``), and the segment rolls of
+  produce (``roll_before_append``: the new segment's files, the sealed segment's index writes, the
+  producer-state snapshot and its fsyncs; storage/roll_plan.py). A roll is planned on the loop (no
+  system call) and completed on the pool; the partition's appends await it, so they stay in order,
+  while every other partition is served. The snapshot is written by a second pool job that nobody
+  awaits. Followers' appends roll the same way (the replica fetcher's ``roll_ahead``). A roll made
+  inside another kind of append (a transaction marker's, a coordinator's) still runs in that
+  append, and only its snapshot fsyncs come here (``sync_snapshots_later``; storage/log.py, "Durability"). A pooled read does the
   whole disk part in the worker, the batch lookup and the ``pread`` of the bytes, so the response
   carries bytes and the loop never touches the file. A request that touches a slow dir then waits
   on that dir's threads only: requests for partitions on other dirs are served meanwhile.
@@ -37,10 +42,10 @@ default executor, which no data request uses any more: it never queues behind pr
 cold reads.
 
 Test seam (clearly not for production): ``tidelog.test.log.dir.read.delay`` is a list of
-``<log dir>:<ms>``; every read of that dir that finds bytes to return, and every flush and snapshot
-sync of it, sleeps that long first, where it runs (on the loop when inline). Disk faults cannot be made on this VM
-(no device-mapper, no FUSE), and a sleep at the point the disk would be waited on is what a slow
-disk does to the broker.
+``<log dir>:<ms>``; every read of that dir that finds bytes to return, and every flush, segment roll
+and snapshot sync of it, sleeps that long first, where it runs (on the loop when inline). Disk
+faults cannot be made on this VM (no device-mapper, no FUSE), and a sleep at the point the disk
+would be waited on is what a slow disk does to the broker.
 
 Settings are read once per second (``refresh``), not per request. Metrics:
 ``tidelog_log_dir_slow{dir}`` (1 while marked), ``tidelog_log_dir_read_ms{dir}`` (moving average),
@@ -63,7 +68,7 @@ from typing import TypeVar
 from tidelog.broker.slow_connections import SlowMarker
 from tidelog.common.config import BrokerConfig
 from tidelog.observability.registry import Registry
-from tidelog.storage.log import FetchData, PartitionLog
+from tidelog.storage.log import Buffer, FetchData, PartitionLog, PreparedAppend
 from tidelog.storage.manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -101,6 +106,7 @@ class DiskPools:
         self._slow_fetch: ThreadPoolExecutor | None = None
         self._slow_produce: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self._rolls: dict[PartitionLog, asyncio.Future[None]] = {}  # rolls in flight on the pools
         self.m_slow = registry.gauge("tidelog_log_dir_slow", "1 while the log dir is marked slow (its reads all go to its pool).", ("dir",))
         self.m_read_ms = registry.gauge("tidelog_log_dir_read_ms", "Moving average of the log dir's timed reads, in ms.", ("dir",))
         self.marker = SlowMarker(config, registry)
@@ -222,6 +228,66 @@ class DiskPools:
             plog.flush()
 
         await loop.run_in_executor(pool, work)
+
+    # -- rolls ------------------------------------------------------------------------------------
+
+    async def roll_before_append(self, plog: PartitionLog, records: Buffer | PreparedAppend, now_ms: int) -> None:
+        """Before ``records`` are appended to ``plog`` on the loop: wait for the partition's roll in
+        flight, if any; if the append would roll, roll on the log dir's pool and wait for that. The
+        caller appends right after, with no await in between, so no append of the partition can
+        overtake a roll. Raises the roll's error (KAFKA_STORAGE_ERROR). With the pools off the append
+        rolls inline, as before (the test seam's delay is then slept here, on the loop)."""
+        state = self.dir_of(plog)
+        if state is None:
+            return
+        while (running := self._rolls.get(plog)) is not None:
+            await asyncio.wait([running])  # not cancelled with this request: others wait on it too
+        if not plog.would_roll(records, now_ms):
+            return
+        if self.threads <= 0:
+            if state.delay_s:
+                time.sleep(state.delay_s)  # the test seam: a slow disk's roll, waited for on the loop
+            return
+        plan = plog.begin_roll(now_ms)
+        if plan is None:
+            return
+        delay = state.delay_s
+
+        def work() -> None:
+            if delay:
+                time.sleep(delay)
+            plog.complete_roll(plan, write_snapshot=False)
+
+        def write_snapshot() -> None:
+            if delay:
+                time.sleep(delay)
+            plog.write_pending_snapshots()
+
+        loop = asyncio.get_running_loop()
+        pool = self._dir_pool(state)
+        try:
+            future = loop.run_in_executor(pool, work)
+        except RuntimeError:  # shut down: the append settles the plan itself
+            return
+        self.m_work.inc(("dir", "roll"))
+        self._rolls[plog] = future
+        future.add_done_callback(functools.partial(self._roll_done, plog))
+        await asyncio.wait([future])
+        if future.cancelled():  # by shutdown: the append settles the plan itself
+            return
+        future.result()
+        # The snapshot (written, fsynced, renamed, the directory fsynced) is not awaited: the
+        # partition's appends go on meanwhile, as they did when a roll only queued its fsyncs.
+        try:
+            pool.submit(write_snapshot).add_done_callback(functools.partial(_report_sync, plog))
+        except RuntimeError:
+            return  # shut down: the log's clean close (a flush) writes it
+
+    def _roll_done(self, plog: PartitionLog, future: asyncio.Future[None]) -> None:
+        if self._rolls.get(plog) is future:
+            del self._rolls[plog]
+        if not future.cancelled():
+            future.exception()  # retrieved here: a waiter that went away must not leave it unreported
 
     # -- snapshots of rolls -----------------------------------------------------------------------
 

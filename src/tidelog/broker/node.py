@@ -241,6 +241,9 @@ class BrokerNode:
         ctx.throttles = ReplicationThrottles(self.node_id, self.config, lambda: store.image, self.obs.metrics.registry)
         replicas = ReplicaManager(self.node_id, self.config, store, ctx.logs, log_config, min_insync,
                                   ctx.purgatory.notify, ctx.now_ms, throttles=ctx.throttles)
+        if ctx.disk is not None:
+            disk = ctx.disk  # followers' rolls on the log dir's pool, as Produce's (disk_pools.py)
+            replicas.roll_ahead = lambda plog, records: disk.roll_before_append(plog, records, ctx.now_ms())
         # The logs' disk work before the lease exists: once registered, the event loop must stay free
         # for the keep-alives (a loop held for session.timeout - 2 heartbeats fences the broker).
         await asyncio.get_running_loop().run_in_executor(None, replicas.open_logs, store.image)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -101,6 +101,8 @@ class ReplicaManager:
         self.wake_fetches = wake_fetches
         self.now_ms = now_ms
         self.throttles = throttles
+        # Set by the node to its disk pools': followers' rolls made on the log dir's pool, not the loop.
+        self.roll_ahead: Callable[[PartitionLog, bytes], Awaitable[None]] | None = None
         self.lag_time_max_ms = config.get_int("replica.lag.time.max.ms")
         self.listener = self.inter_broker_listener(config)
         self.settings = fetcher_settings(config)
@@ -262,7 +264,7 @@ class ReplicaManager:
         if fetcher is None:
             fetcher = FollowerFetcher(self.node_id, leader, lambda: self.address_of(leader), self.logs, self.settings,
                                       on_high_watermark=self.wake_fetches, may_repair=self.may_repair,
-                                      throttles=self.throttles)
+                                      throttles=self.throttles, roll_ahead=self.roll_ahead)
             self.fetchers[leader] = fetcher
             fetcher.start()
         return fetcher

@@ -14,7 +14,9 @@ A broker that follows partitions led by broker L runs one ``FollowerFetcher`` fo
 3. Each partition's batches are appended as the leader wrote them (``append_as_follower``: offsets,
    epochs and producer state from the batches themselves); the follower's high watermark becomes
    min(leader's high watermark, own log end): the bound of what consumers may read here (KIP-392),
-   whose waiting fetches ``on_high_watermark`` wakes.
+   whose waiting fetches ``on_high_watermark`` wakes. With ``roll_ahead`` (the broker's disk pools)
+   an append that would roll its segment first has the roll made off the event loop, awaited, and
+   is then appended with no await in between (storage/roll_plan.py).
 
 Repair: a followed partition in which the scrubber found a damaged range (storage/scrubber.py) is
 truncated to the range's first offset before the next fetch, which then copies that range and
@@ -43,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from kio.schema.fetch.v12 import request as fetch_request
@@ -92,8 +94,11 @@ class FollowerFetcher:
         on_high_watermark: Callable[[TopicPartition], object] | None = None,
         may_repair: Callable[[TopicPartition], bool] | None = None,
         throttles: ReplicationThrottles | None = None,
+        roll_ahead: Callable[[PartitionLog, bytes], Awaitable[None]] | None = None,
     ) -> None:
         self.node_id, self.leader_id = node_id, leader_id
+        # Rolls a log before an append would (the broker's disk pools): the append then makes no file here.
+        self.roll_ahead = roll_ahead
         self.address = address
         self.logs = logs
         self.settings = settings
@@ -282,7 +287,25 @@ class FollowerFetcher:
         response = await connection.call(request, timeout_s=s.max_wait_ms / 1000 + 30)
         for topic in response.responses:
             for p in topic.partitions:
-                self._apply((str(topic.topic), int(p.partition_index)), p, active)
+                tp = (str(topic.topic), int(p.partition_index))
+                if self.roll_ahead is not None:
+                    await self._roll_ahead(self.roll_ahead, tp, p, active)
+                self._apply(tp, p, active)
+
+    async def _roll_ahead(
+        self, roll: Callable[[PartitionLog, bytes], Awaitable[None]], tp: TopicPartition, p: object,
+        active: dict[TopicPartition, Followed],
+    ) -> None:
+        """Roll the partition's log on its dir's pool if appending ``p``'s records would roll it (the
+        append follows with no await in between). A failure is the append's to report."""
+        records = getattr(p, "records", None)
+        plog = self._log(tp)
+        if not records or plog is None or active.get(tp) is None or getattr(p, "error_code", 0) != 0:
+            return
+        try:
+            await roll(plog, records)
+        except KafkaError as exc:
+            log.warning("rolling %s-%d ahead of its append failed: %s", *tp, exc)
 
     def _apply(self, tp: TopicPartition, p: object, active: dict[TopicPartition, Followed]) -> None:
         followed = active.get(tp)

@@ -34,6 +34,15 @@ snapshot that fails its CRC and rebuilds from an older one (or the log start) by
 headers, so nothing is lost but time. A hook that declines (returns False: no pool) has the roll
 sync at once; without a hook the snapshot is written durably, as before. The file format is unchanged.
 
+Rolling off the caller's thread (roll_plan.py has the steps and the crash argument): the broker asks
+:meth:`would_roll` before an append, and when it would, plans the roll (:meth:`begin_roll`, no system
+call) and runs :meth:`complete_roll` on the log dir's pool: the new segment's files are made there
+without the lock, then installed under it, and the snapshot is written and fsynced there too. While a
+plan is open nothing is appended: the broker's appends to the partition await the roll, and every
+other write to the log (an append, a truncation, a close) settles the plan first in its own thread.
+So at any instant the segment files on disk describe a valid log (a made, not yet installed segment
+is an empty active segment above every offset), and a ``kill -9`` anywhere in a roll recovers.
+
 Opening: after a clean shutdown, segments are loaded with their indexes (sanity-checked: an index
 that fails is rebuilt by rescanning its segment). After an unclean shutdown every segment from the
 one holding the recovery point on is scanned: each batch's framing, CRC and offsets are checked, the
@@ -67,6 +76,7 @@ from typing import NamedTuple
 from tidelog.common.errors import ErrorCode, KafkaError, RecordValidationError, StorageError
 from tidelog.protocol.compression import Compression, InflatedTooLarge
 from tidelog.protocol.records import (
+    HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
     ControlType,
@@ -86,7 +96,8 @@ from tidelog.storage.damage import DamagedRange, read_damage, write_damage
 from tidelog.storage.leader_epoch import LeaderEpochCache
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.producer_state import SUFFIX as SNAPSHOT_SUFFIX
-from tidelog.storage.producer_state import ProducerStateManager
+from tidelog.storage.producer_state import ProducerStateManager, snapshot_name
+from tidelog.storage.roll_plan import PendingSnapshot, RollPlan, write_snapshot_tmp
 from tidelog.storage.segment import DELETED_SUFFIX, BatchInfo, LogSegment
 from tidelog.storage.txn_index import AbortedTxn
 
@@ -210,6 +221,10 @@ class PartitionLog:
         # Called by a roll (log lock held, any thread) to have sync_snapshots run elsewhere; False: do it now.
         self.on_roll_snapshot = on_roll_snapshot
         self._unsynced_snapshots: list[Path] = []  # written by rolls without fsync, not yet made durable
+        # A roll whose files another thread is making (roll_plan.py); nothing is appended until it settles.
+        self._roll_plan: RollPlan | None = None
+        self._pending_snapshots: list[PendingSnapshot] = []  # encoded by installed plans, not yet written
+        self.snapshot_epoch = 0  # bumped whenever producer state is rewound: a late snapshot write is void
         self.topic, self.partition = parse_dir_name(directory.name)
         self.config = config
         self.hw_follows_leo = hw_follows_leo
@@ -679,6 +694,8 @@ class PartitionLog:
     def _assign_and_write(
         self, buf: memoryview, headers: list[tuple[BatchHeader, int]], leader_epoch: int, now_ms: int
     ) -> AppendInfo:
+        if self._roll_plan is not None:
+            self._settle_roll()
         if len(headers) == 1 and not self.config.log_append_time:
             return self._assign_and_write_one(buf, headers, leader_epoch, now_ms)
         incoming_ts = now_ms if self.config.log_append_time else max(h.max_timestamp for h, _ in headers)
@@ -830,6 +847,8 @@ class PartitionLog:
         ones do); a new segment starts at the first batch only when the active one is empty or the
         gap would overflow its relative offsets. ``leader_epoch`` None: each batch's own epoch goes
         to the leader-epoch cache (replication)."""
+        if self._roll_plan is not None:
+            self._settle_roll()
         first = headers[0][0].base_offset
         last_offset = headers[-1][0].last_offset
         active = self.active_segment
@@ -865,45 +884,171 @@ class PartitionLog:
 
     def _maybe_roll(self, size: int, offsets: int, now_ms: int, max_timestamp: int) -> None:
         """Roll before appending ``size`` bytes of ``offsets`` offsets whose max timestamp is ``max_timestamp``."""
-        seg = self.active_segment
-        if seg.size == 0:
-            return
-        if seg.roll_jitter_ms < 0:
-            seg.roll_jitter_ms = self.config.random_segment_jitter()
-        if (seg.size + size > self.config.segment_bytes
-                or seg.index_full
-                or seg.roll_due(now_ms, max_timestamp, self.config.segment_ms - seg.roll_jitter_ms)
-                or self.log_end_offset + offsets - seg.base_offset > _MAX_RELATIVE_OFFSET):
+        if self._roll_due(size, offsets, now_ms, max_timestamp):
             self.roll(now_ms=now_ms)
 
+    def _roll_due(self, size: int, offsets: int, now_ms: int, max_timestamp: int) -> bool:
+        seg = self.active_segment
+        if seg.size == 0:
+            return False
+        if seg.roll_jitter_ms < 0:
+            seg.roll_jitter_ms = self.config.random_segment_jitter()
+        return (seg.size + size > self.config.segment_bytes
+                or seg.index_full
+                or seg.roll_due(now_ms, max_timestamp, self.config.segment_ms - seg.roll_jitter_ms)
+                or self.log_end_offset + offsets - seg.base_offset > _MAX_RELATIVE_OFFSET)
+
+    def would_roll(self, records: Buffer | PreparedAppend, now_ms: int) -> bool:
+        """Would appending ``records`` as the leader roll the active segment first? Batch headers only,
+        no validation (a bad batch answers False: the append refuses it). Callers roll ahead off their
+        event loop (:meth:`begin_roll`); an append the estimate misses rolls inside itself, as before."""
+        if not isinstance(records, PreparedAppend) and len(records) >= HEADER_SIZE:
+            first = BatchHeader.parse(records)
+            if first.size == len(records):  # one batch, the common request: one unpack, no list
+                return self._would_roll(len(records), first.last_offset_delta + 1, now_ms, first.max_timestamp)
+        if isinstance(records, PreparedAppend):
+            size, headers = len(records.buf), records.headers
+        else:
+            try:
+                size, headers = len(records), list(iter_batches(records, validate=False))
+            except KafkaError:
+                return False
+        if not headers:
+            return False
+        offsets = sum(h.last_offset_delta + 1 for h, _ in headers)
+        return self._would_roll(size, offsets, now_ms, max(h.max_timestamp for h, _ in headers))
+
+    def _would_roll(self, size: int, offsets: int, now_ms: int, max_timestamp: int) -> bool:
+        with self._lock:
+            if self.offline or self._roll_plan is not None:
+                return False
+            max_ts = now_ms if self.config.log_append_time else max_timestamp
+            return self._roll_due(size, offsets, now_ms, max_ts)
+
+    @property
+    def rolling(self) -> bool:
+        """A roll is planned and its files not installed yet (appends settle it first)."""
+        return self._roll_plan is not None
+
+    def begin_roll(self, now_ms: int) -> RollPlan | None:
+        """Plan a roll at the log end offset, making no system call (roll_plan.py, step 1); the caller
+        hands the plan to :meth:`complete_roll` on another thread. None when the active segment is
+        empty, a roll is already planned, or the log is offline."""
+        with self._lock:
+            seg = self.active_segment
+            if self.offline or self._roll_plan is not None or seg.size == 0:
+                return None
+            self._roll_plan = RollPlan(self.dir, seg, self.log_end_offset, self.config.segment_index_bytes, now_ms)
+            return self._roll_plan
+
+    def complete_roll(self, plan: RollPlan, *, write_snapshot: bool = True) -> None:
+        """Make a planned roll's files (no lock held), install them (under the lock) and write its
+        snapshot (roll_plan.py, steps 2 and 3; ``write_snapshot=False`` leaves that to a later
+        :meth:`write_pending_snapshots`, so the partition's next append need not wait for its
+        fsyncs). A plan another thread settled meanwhile needs nothing more here. Raises what the
+        roll's disk work raised (KAFKA_STORAGE_ERROR)."""
+        if plan.claim():
+            plan.make_files()
+        with self._lock:
+            if self._roll_plan is plan:
+                self._settle_roll()
+        if write_snapshot:
+            self.write_pending_snapshots()
+
+    def _settle_roll(self) -> None:
+        """Under the lock: finish the planned roll, if any, before the log is written or cut."""
+        plan = self._roll_plan
+        if plan is None:
+            return
+        self._roll_plan = None
+        plan.settle_files()  # the maker (if another thread) holds no lock: waiting cannot deadlock
+        if self.offline:
+            plan.discard()
+            return
+        if self.active_segment is not plan.old or self.log_end_offset != plan.base:
+            # Cannot happen while every write settles the plan first; never install a wrong base.
+            log.error("%s-%d: a planned roll at %d no longer fits the log (end %d): dropped", self.topic,
+                      self.partition, plan.base, self.log_end_offset)
+            if plan.base not in self._bases:
+                plan.discard()
+            return
+        self._install(plan, inline=False)
+
     def roll(self, *, now_ms: int | None = None, start_offset: int | None = None) -> LogSegment:
-        """Start a new active segment at the log end offset (no-op if the active one is empty)."""
+        """Start a new active segment at the log end offset (no-op if the active one is empty), in
+        this thread: the segment's files, and the snapshot written as ``on_roll_snapshot`` says."""
         with self._lock:
             self._check_online()
+            self._settle_roll()
             seg = self.active_segment
             base = self.log_end_offset if start_offset is None else start_offset
             if seg.size == 0 and start_offset is None:
                 return seg
             now = _now_ms() if now_ms is None else now_ms
-            try:
-                seg.seal()
-                seg.write_indexes()
-                self.producers.map_end_offset = self.log_end_offset
+            plan = RollPlan(self.dir, seg, base, self.config.segment_index_bytes, now)
+            plan.settle_files()
+            return self._install(plan, inline=True)
+
+    def _install(self, plan: RollPlan, *, inline: bool) -> LogSegment:
+        """Under the lock: seal the old segment and make the plan's segment the active one. ``inline``:
+        the snapshot is written here (its fsyncs as ``on_roll_snapshot`` says); else it is queued for
+        :meth:`write_pending_snapshots`."""
+        seg, new = plan.old, plan.new
+        if plan.error is not None or new is None:
+            error = plan.error or OSError(errno.EIO, "roll made no segment")
+            raise self._io_failed(error, "roll") from error
+        try:
+            seg.seal()
+            seg.write_indexes()
+            self.producers.map_end_offset = self.log_end_offset
+            if inline:
                 deferred = self.on_roll_snapshot is not None
                 snapshot = self.producers.take_snapshot(durable=not deferred)
                 if deferred:
                     self._unsynced_snapshots.append(snapshot)
-                if seg.size == 0:
-                    self._segments.pop()
-                    self._bases.pop()
-                    seg.delete_files()
-                new = LogSegment(self.dir, base, self.config.segment_index_bytes, load=False, now_ms=now)
-            except OSError as exc:
-                raise self._io_failed(exc, "roll") from exc
-            self._add_segment(new)
-            if self.on_roll_snapshot is not None and not self.on_roll_snapshot(self):
-                self.sync_snapshots()
-            return new
+            else:
+                path = self.dir / snapshot_name(self.producers.map_end_offset)
+                self._pending_snapshots.append(PendingSnapshot(path, self.producers.encode(), self.snapshot_epoch))
+            if seg.size == 0:
+                self._segments.pop()
+                self._bases.pop()
+                seg.delete_files()
+        except OSError as exc:
+            plan.discard()
+            raise self._io_failed(exc, "roll") from exc
+        self._add_segment(new)
+        if inline and self.on_roll_snapshot is not None and not self.on_roll_snapshot(self):
+            self.sync_snapshots()
+        return new
+
+    def _rewind_snapshots(self) -> None:
+        """Under the lock, before producer state is rewound (truncation): snapshots encoded for the
+        history being cut must never be written."""
+        self.snapshot_epoch += 1
+        self._pending_snapshots.clear()
+
+    def write_pending_snapshots(self) -> None:
+        """Write the snapshots of rolls installed by :meth:`complete_roll` (roll_plan.py, step 3): each
+        to ``.tmp`` and fsynced without the lock, renamed into place under it unless a truncation
+        voided it meanwhile, then the directory fsynced. Safe from any thread, never on the event loop."""
+        with self._lock:
+            pending, self._pending_snapshots = self._pending_snapshots, []
+        if not pending:
+            return
+        try:
+            for snapshot in pending:
+                tmp = write_snapshot_tmp(snapshot)
+                with self._lock:
+                    if snapshot.epoch == self.snapshot_epoch and not self.offline:
+                        os.replace(tmp, snapshot.path)
+                    else:
+                        tmp.unlink(missing_ok=True)
+            fsync_dir(self.dir)
+        except FileNotFoundError:
+            return  # the partition was deleted (its directory renamed away)
+        except OSError as exc:
+            with self._lock:
+                raise self._io_failed(exc, "snapshot write") from exc
 
     def sync_snapshots(self) -> None:
         """Make durable the snapshots rolls wrote without fsync: each file, then the partition's
@@ -1072,6 +1217,8 @@ class PartitionLog:
             if offset < self.log_start_offset:
                 self.truncate_fully_and_start_at(offset)
                 return offset
+            self._settle_roll()
+            self._rewind_snapshots()
             try:
                 while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
                     self._bases.pop()
@@ -1094,6 +1241,8 @@ class PartitionLog:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log empty at ``offset``."""
         with self._lock:
+            self._settle_roll()
+            self._rewind_snapshots()
             try:
                 for seg in self._segments:
                     self._retire(seg, _now_ms())
@@ -1210,6 +1359,7 @@ class PartitionLog:
         Safe from any thread; the lock is held only to collect segments and advance the recovery
         point, never during fsync.
         """
+        self.write_pending_snapshots()
         self.sync_snapshots()  # Kafka's order: a roll's snapshot is durable before the segments it follows
         with self._lock:
             self._check_online()
@@ -1235,6 +1385,14 @@ class PartitionLog:
     def close(self, *, clean: bool = True) -> None:
         """Write indexes and (when ``clean``) fsync and snapshot producer state; release files."""
         with self._lock:
+            if self.offline or not clean:
+                self._pending_snapshots.clear()  # an unclean close keeps what the disk has, as a crash would
+                plan, self._roll_plan = self._roll_plan, None
+                if plan is not None:
+                    plan.settle_files()
+                    plan.discard()
+            else:
+                self._settle_roll()
             if clean and not self.offline:
                 self.flush()
                 self.active_segment.seal()

@@ -245,6 +245,10 @@ class ProducerStateManager:
         write_atomically(path, self._encode(), durable=durable)
         return path
 
+    def encode(self) -> bytes:
+        """The snapshot file's bytes for the current state (what :meth:`take_snapshot` writes)."""
+        return self._encode()
+
     def _encode(self) -> bytes:
         parts = [struct.pack(">i", len(self.producers))]
         for e in self.producers.values():

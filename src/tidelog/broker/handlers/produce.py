@@ -1,9 +1,10 @@
 """Produce and InitProducerId.
 
 Produce appends each partition's batches as received (validated, offsets assigned in place by the
-storage engine), flushes off the event loop when ``flush.messages``/``flush.ms`` ask for it, wakes the
-fetches waiting on the partition, and answers one error code per partition: a bad partition never
-fails its neighbours. On a single node acks=all is satisfied as soon as the leader has appended
+storage engine), rolls a full segment on its log dir's pool before appending (the partition's appends
+wait for its roll, nobody else does), flushes off the event loop when ``flush.messages``/``flush.ms``
+ask for it, wakes the fetches waiting on the partition, and answers one error code per partition: a
+bad partition never fails its neighbours. On a single node acks=all is satisfied as soon as the leader has appended
 (the in-sync replica set is the leader alone); acks=0 gets no response at all.
 
 In a cluster (``ctx.replicas`` set) a partition is written only by its current leader
@@ -130,6 +131,27 @@ def _append_one(
     return ProducePartitionResult(pdata.index, error, -1, -1, log_start, record_errors, message)
 
 
+async def _roll_first(
+    ctx: BrokerContext, topic: str, pdata: Any, prepared: PreparedAppend | KafkaError | None,
+) -> PreparedAppend | KafkaError | None:
+    """Roll the partition on its log dir's pool when this append would roll it, or wait for its roll
+    in flight (disk_pools.py): the append that follows, with no await in between, then finds a fresh
+    segment and makes no file on the loop. The roll's error becomes the append's."""
+    if isinstance(prepared, KafkaError) or pdata.records is None or ctx.disk is None:
+        return prepared
+    try:
+        plog = partition_log(ctx, topic, pdata.index)
+    except KafkaError:
+        return prepared  # the append answers the lookup's error
+    try:
+        await ctx.disk.roll_before_append(plog, prepared or pdata.records, ctx.now_ms())
+    except KafkaError as exc:
+        return exc
+    except Exception:  # a fault of the roll's own: the append rolls inline, as before
+        log.exception("rolling %s-%d ahead of an append failed", topic, pdata.index)
+    return prepared
+
+
 def _unverified_txn(ctx: BrokerContext, transactional_id: str, topic: str, pdata: Any) -> ErrorCode | None:
     """A transactional batch must come from the id's current producer epoch, to a partition added to
     its ongoing transaction (Kafka 4's verification): the error otherwise, None when it may go on."""
@@ -187,6 +209,8 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
             # Batches that must be inflated are validated on a worker thread first (inflation.py).
             prepared = (await inflation.prepare(ctx, name, pdata)
                         if refused is None and name and acks in VALID_ACKS else None)
+            if ctx.disk is not None and refused is None and name and acks in VALID_ACKS:
+                prepared = await _roll_first(ctx, name, pdata, prepared)
             partitions.append(_append_one(ctx, conn, name or "", pdata, acks, refused, to_flush, woken, replicated, prepared))
         topics.append((name or "", getattr(topic_data, "topic_id", None), partitions))
         if replicated:
