@@ -80,8 +80,12 @@ def kafka_version(libs: Path) -> str:
 
 
 def random_cluster_id() -> str:
-    """A cluster id in Kafka's format: a UUID, URL-safe base64 without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A cluster id in Kafka's format: a UUID, URL-safe base64 without padding (22 characters). Never
+    one starting with '-': Kafka's StorageTool would read it as an option (a random start failure)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _die_with_parent() -> None:
