@@ -342,11 +342,13 @@ def fill_partitions(bootstrap: str, topic: str, partitions: int, per_partition: 
 
 
 def footprint(source: str, destination: str, workdir: Path, *, topic: str, partitions: int, records: int,
-              budget_bytes: int, timeout: float = 300.0, offsets: str = "translate") -> tuple[float, float]:
+              budget_bytes: int, timeout: float = 300.0, offsets: str = "translate",
+              shards: int = 8) -> tuple[float, float]:
     """Run one mirror process over ``topic`` until every partition is caught up, sampling its RSS every
     0.2 s. Returns (peak RSS in MiB, seconds from the process start to caught up)."""
     config = write_config(workdir / "footprint.toml", name=f"{topic}-link", source=source, destination=destination,
-                          include=[topic], link={"budget.bytes": budget_bytes, "metadata.refresh.ms": 60_000,
+                          include=[topic], link={"budget.bytes": budget_bytes, "shards": shards,
+                                                 "metadata.refresh.ms": 60_000,
                                                  "session.timeout.ms": 10_000, "offsets": offsets})
     mirror = MirrorProcess(config, workdir / "footprint.log").start()
     started = time.monotonic()
