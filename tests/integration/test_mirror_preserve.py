@@ -235,7 +235,7 @@ def mirror_source(bootstrap: str, topic: str) -> str | None:
     return None if entry is None or entry.value is None else str(entry.value)
 
 
-def test_an_existing_empty_topic_is_adopted_and_an_unmarked_one_holding_records_stops_the_start(
+def test_an_existing_empty_topic_is_adopted_and_an_unmarked_one_holding_records_is_refused(
         clusters: tuple[BrokerProcess, BrokerProcess], tmp_path: Path) -> None:
     a, b = clusters
     empty, occupied = unique_topic("adopted"), unique_topic("occupied")
@@ -256,17 +256,29 @@ def test_an_existing_empty_topic_is_adopted_and_an_unmarked_one_holding_records_
     assert (f"destination topic {occupied} already exists, holds records (partition 1 ends at 1) and has no "
             "mirror.source") in refused.tail()
     assert mirror_source(b.bootstrap, empty) is None and mirror_source(b.bootstrap, occupied) is None  # untouched
-    link = unique_topic("adopter")
+    link, late = unique_topic("adopter"), unique_topic("late")
     config = write_config(tmp_path / "adopt.toml", name=link, source=a.bootstrap, destination=b.bootstrap,
-                          include=[empty], link={"offsets": "preserve"})
+                          include=[empty, late], link={"offsets": "preserve"})
     mirror = MirrorProcess(config, tmp_path / "adopt.log").start()
+    refusal = f"destination topic {late} already exists, holds records (partition 0 ends at 1)"
     try:
         wait_until(lambda: mirrored(a.bootstrap, b.bootstrap, empty), timeout=60,
                    message=f"the empty topic filled:\n{mirror.tail()}")
+        create_topic(b.bootstrap, late, PARTITIONS)  # occupied before the source topic appears
+        producer.produce(late, b"written here", partition=0)
+        assert producer.flush(10) == 0
+        create_topic(a.bootstrap, late, PARTITIONS)
+        wait_until(lambda: refusal in mirror.log.read_text(), timeout=30, message=f"refused:\n{mirror.tail()}")
+        produce_mixed(a.bootstrap, empty, PARTITIONS, 300, seed=5, abort_every=3)
+        wait_until(lambda: mirrored(a.bootstrap, b.bootstrap, empty), timeout=60,
+                   message=f"the other topic still copied:\n{mirror.tail()}")
+        assert mirror.running()
     finally:
         mirror.close()
-    assert f"existing empty topic {empty} marked mirror.source={link}: done" in mirror.log.read_text()
-    assert mirror_source(b.bootstrap, empty) == link
+    log = mirror.log.read_text()
+    assert f"existing empty topic {empty} marked mirror.source={link}: done" in log
+    assert log.count(refusal) == 1  # logged once, not at every refresh
+    assert mirror_source(b.bootstrap, empty) == link and mirror_source(b.bootstrap, late) is None
     for p in range(PARTITIONS):
         _low, high = watermarks(a.bootstrap, empty, p)
         assert read_entries(b.bootstrap, empty, p, high, False) == read_entries(a.bootstrap, empty, p, high, False)
