@@ -292,10 +292,10 @@ def footprint_mode(args: argparse.Namespace) -> None:
                   f"{time.monotonic() - started:.1f} s", flush=True)
             peak, seconds = footprint(a.bootstrap, b.bootstrap, work, topic=topic, partitions=args.partitions,
                                       records=records, budget_bytes=args.budget_mib << 20, timeout=1800,
-                                      offsets=args.offsets)
+                                      offsets=args.offsets, shards=args.shards)
     volume = records * args.size
     print(f"offsets={args.offsets} partitions={args.partitions} records={records} size={args.size} "
-          f"budget={args.budget_mib}MiB "
+          f"budget={args.budget_mib}MiB shards={args.shards} "
           f"peak_rss={peak:.0f}MiB seconds={seconds:.1f} records/s={records / seconds:.0f} "
           f"MB/s={volume / seconds / 1e6:.2f}")
 
@@ -314,6 +314,8 @@ def main() -> None:
     parser.add_argument("--skip-tidelog", action="store_true")
     parser.add_argument("--per-partition", type=int, default=10, help="footprint: records per partition")
     parser.add_argument("--budget-mib", type=int, default=64, help="footprint: the link's budget.bytes")
+    parser.add_argument("--shards", type=int, default=8, help="footprint: the link's shards (transactional mode: "
+                        "one producer each, and each holds state for every partition of the topic)")
     parser.add_argument("--offsets", choices=("translate", "preserve"), default="translate",
                         help="footprint: the link's mode")
     args = parser.parse_args()

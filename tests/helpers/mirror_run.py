@@ -149,15 +149,18 @@ class MirrorProcess:
 
 
 def produce_mixed(bootstrap: str, topic: str, partitions: int, records: int, *, seed: int = 7,
-                  value_size: int = 100, abort_every: int = 4) -> int:
+                  value_size: int = 100, abort_every: int = 4, writer: str = "writer",
+                  on_chunk: Callable[[int], None] | None = None) -> int:
     """Write ``records`` records over ``partitions``: a third plain, a third idempotent, a third in
     transactions of which every ``abort_every``-th is aborted (its records are written, then aborted).
-    Keys, headers and CreateTime timestamps vary. Returns the number of committed records."""
+    Keys, headers and CreateTime timestamps vary. Returns the number of committed records.
+    Writers running side by side need their own ``writer`` names (it names the transactional id);
+    ``on_chunk`` is told the size of each chunk of up to 1,000 records once it is handed over."""
     rng = random.Random(seed)
     pad = b"x" * max(0, value_size - 12)
     plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": False, "acks": "all"})
     idem = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
-    txn = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "transactional.id": f"{topic}-writer"})
+    txn = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "transactional.id": f"{topic}-{writer}"})
     txn.init_transactions(30)
     committed = 0
     base_ts = int(time.time() * 1000) - 3_600_000
@@ -200,6 +203,8 @@ def produce_mixed(bootstrap: str, topic: str, partitions: int, records: int, *, 
             committed += chunk
         n += chunk
         batch += 1
+        if on_chunk is not None:
+            on_chunk(chunk)
     for p in (plain, idem):
         assert p.flush(60) == 0
     return committed
@@ -353,11 +358,13 @@ def fill_partitions(bootstrap: str, topic: str, partitions: int, per_partition: 
 
 
 def footprint(source: str, destination: str, workdir: Path, *, topic: str, partitions: int, records: int,
-              budget_bytes: int, timeout: float = 300.0, offsets: str = "translate") -> tuple[float, float]:
+              budget_bytes: int, timeout: float = 300.0, offsets: str = "translate",
+              shards: int = 8) -> tuple[float, float]:
     """Run one mirror process over ``topic`` until every partition is caught up, sampling its RSS every
     0.2 s. Returns (peak RSS in MiB, seconds from the process start to caught up)."""
     config = write_config(workdir / "footprint.toml", name=f"{topic}-link", source=source, destination=destination,
-                          include=[topic], link={"budget.bytes": budget_bytes, "metadata.refresh.ms": 60_000,
+                          include=[topic], link={"budget.bytes": budget_bytes, "shards": shards,
+                                                 "metadata.refresh.ms": 60_000,
                                                  "session.timeout.ms": 10_000, "offsets": offsets})
     mirror = MirrorProcess(config, workdir / "footprint.log").start()
     started = time.monotonic()

@@ -24,6 +24,7 @@ from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
     AclPermissionType,
+    ConfigResource,
     ResourcePatternType,
     ResourceType,
 )
@@ -225,6 +226,62 @@ def test_mirror_produce_refuses_other_links_straddles_and_principals_without_alt
     denied = mirror_produce(b.bootstrap, "east", topic, batch(10, 1))
     assert denied.error_code == TOPIC_AUTHORIZATION_FAILED and denied.log_end_offset == -1
     assert watermarks(b.bootstrap, topic, 0) == (5, 10)
+
+
+def mirror_source(bootstrap: str, topic: str) -> str | None:
+    admin = admin_client(bootstrap)  # must outlive the future
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    entry = admin.describe_configs([resource])[resource].result(30).get("mirror.source")
+    return None if entry is None or entry.value is None else str(entry.value)
+
+
+def test_an_existing_empty_topic_is_adopted_and_an_unmarked_one_holding_records_is_refused(
+        clusters: tuple[BrokerProcess, BrokerProcess], tmp_path: Path) -> None:
+    a, b = clusters
+    empty, occupied = unique_topic("adopted"), unique_topic("occupied")
+    for topic in (empty, occupied):
+        create_topic(a.bootstrap, topic, PARTITIONS)
+        produce_mixed(a.bootstrap, topic, PARTITIONS, 600, abort_every=3)
+        create_topic(b.bootstrap, topic, PARTITIONS)  # made by hand on the destination, unmarked
+    producer = Producer({"bootstrap.servers": b.bootstrap})
+    producer.produce(occupied, b"written here", partition=1)
+    assert producer.flush(10) == 0
+    both = write_config(tmp_path / "both.toml", name=unique_topic("both"), source=a.bootstrap,
+                        destination=b.bootstrap, include=[empty, occupied], link={"offsets": "preserve"})
+    refused = MirrorProcess(both, tmp_path / "refused.log").start()
+    try:
+        assert refused.process is not None and refused.process.wait(60) == 1, refused.tail()
+    finally:
+        refused.close()
+    assert (f"destination topic {occupied} already exists, holds records (partition 1 ends at 1) and has no "
+            "mirror.source") in refused.tail()
+    assert mirror_source(b.bootstrap, empty) is None and mirror_source(b.bootstrap, occupied) is None  # untouched
+    link, late = unique_topic("adopter"), unique_topic("late")
+    config = write_config(tmp_path / "adopt.toml", name=link, source=a.bootstrap, destination=b.bootstrap,
+                          include=[empty, late], link={"offsets": "preserve"})
+    mirror = MirrorProcess(config, tmp_path / "adopt.log").start()
+    refusal = f"destination topic {late} already exists, holds records (partition 0 ends at 1)"
+    try:
+        wait_until(lambda: mirrored(a.bootstrap, b.bootstrap, empty), timeout=60,
+                   message=f"the empty topic filled:\n{mirror.tail()}")
+        create_topic(b.bootstrap, late, PARTITIONS)  # occupied before the source topic appears
+        producer.produce(late, b"written here", partition=0)
+        assert producer.flush(10) == 0
+        create_topic(a.bootstrap, late, PARTITIONS)
+        wait_until(lambda: refusal in mirror.log.read_text(), timeout=30, message=f"refused:\n{mirror.tail()}")
+        produce_mixed(a.bootstrap, empty, PARTITIONS, 300, seed=5, abort_every=3)
+        wait_until(lambda: mirrored(a.bootstrap, b.bootstrap, empty), timeout=60,
+                   message=f"the other topic still copied:\n{mirror.tail()}")
+        assert mirror.running()
+    finally:
+        mirror.close()
+    log = mirror.log.read_text()
+    assert f"existing empty topic {empty} marked mirror.source={link}: done" in log
+    assert log.count(refusal) == 1  # logged once, not at every refresh
+    assert mirror_source(b.bootstrap, empty) == link and mirror_source(b.bootstrap, late) is None
+    for p in range(PARTITIONS):
+        _low, high = watermarks(a.bootstrap, empty, p)
+        assert read_entries(b.bootstrap, empty, p, high, False) == read_entries(a.bootstrap, empty, p, high, False)
 
 
 def owners(config: Path, capsys: pytest.CaptureFixture[str]) -> set[str]:

@@ -7,7 +7,9 @@ from the ``[source]``/``[destination]`` settings), so a refused password or cert
 link at once with the broker and the user named; then it refuses to run, naming the broker, when
 the destination's ApiVersions lacks the key (Apache Kafka has no such write path). Nothing is
 created on the destination before that check. Destination topics are created marked
-``mirror.source=<link>`` (topics.py), so nothing but this link writes them.
+``mirror.source=<link>`` (topics.py), so nothing but this link writes them; an existing empty one is
+marked by the link, a non-empty unmarked one (or one of another link) is refused, at start with an
+error that stops the process before anything is changed.
 
 The loop, one asyncio task per round:
 
@@ -142,7 +144,7 @@ class PreservingMirror:
 
     def start(self) -> None:
         self._check()
-        self._refresh()
+        self._refresh(first=True)
         ensure_link_topic(self.config, self.dest_admin)
         self.group = link_group_member(self.config)
         self.group.subscribe([self.config.link_topic], on_assign=self._assigned, on_revoke=self._revoked,
@@ -201,9 +203,10 @@ class PreservingMirror:
 
         require_mirror_produce(*asyncio.run(ask()))
 
-    def _refresh(self) -> None:
-        """Topics brought in step (topics.py), then both clusters' leaders read (blocking admin calls)."""
-        counts = self.sync.run()
+    def _refresh(self, first: bool = False) -> None:
+        """Topics brought in step (topics.py; ``first``: a refused destination topic stops the start with
+        ``LinkError``), then both clusters' leaders read (blocking admin calls)."""
+        counts = self.sync.run(first)
         source = self.source_admin.list_topics(timeout=TIMEOUT_S)
         dest = self.dest_admin.list_topics(timeout=TIMEOUT_S)
         for topic, count in counts.items():

@@ -16,6 +16,19 @@ Several mirror processes of one link run this concurrently; every step is idempo
 With ``offsets = "preserve"`` a created topic gets ``mirror.source=<link>``: the destination broker
 then takes writes for it only from this link's MirrorProduce and refuses ordinary produce. The key is
 never copied nor deleted by the config sync (it is in the built-in exclusions).
+
+An existing destination topic without ``mirror.source`` (preserve mode) is **adopted** only if it is
+empty: every partition's end offset is 0, so no offset the source will need is taken. The link then
+sets ``mirror.source=<link>`` on it itself. A non-empty one is **refused**, as is one marked for
+another link: a record already at offset n would make the source's record n look like a duplicate
+(MirrorProduce acknowledges a batch below the log end without writing it), so copying into it would
+lose records without a word. Refused topics are neither copied, grown nor re-configured. At the
+process's start (``run(first=True)``) a refusal raises ``LinkError`` naming every refused topic and
+what to do, before anything is created or marked; found later (a new source topic), it is logged
+as an error once and the topic is left out. The emptiness check and the mark are two requests: a
+producer writing to the topic between them is not seen (the mark then stops any further write).
+A topic that a sibling process of the link adopted meanwhile (marked for this link when described
+again) is accepted.
 """
 
 from __future__ import annotations
@@ -27,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -36,6 +49,7 @@ from confluent_kafka.admin import (
     ConfigSource,
     NewPartitions,
     NewTopic,
+    OffsetSpec,
     ResourceType,
 )
 
@@ -59,6 +73,8 @@ class Plan:
     grow: dict[str, int] = field(default_factory=dict)
     alter: dict[str, tuple[dict[str, str], list[str]]] = field(default_factory=dict)  # name -> (set, delete)
     shrunk: list[str] = field(default_factory=list)  # destination has more partitions than the source
+    adopt: dict[str, int] = field(default_factory=dict)  # preserve: existing, unmarked (name -> partitions)
+    foreign: dict[str, str] = field(default_factory=dict)  # preserve: name -> the other link marked on it
 
 
 def plan(config: MirrorConfig, source: Mapping[str, TopicState], dest: Mapping[str, TopicState]) -> Plan:
@@ -73,6 +89,12 @@ def plan(config: MirrorConfig, source: Mapping[str, TopicState], dest: Mapping[s
                 configs[MIRROR_SOURCE] = config.name  # only this link may write it (offsets=preserve)
             out.create[target] = TopicState(state.partitions, configs)
             continue
+        if config.preserves_offsets and have.configs.get(MIRROR_SOURCE) != config.name:
+            marked = have.configs.get(MIRROR_SOURCE)
+            if marked:
+                out.foreign[target] = marked
+            else:
+                out.adopt[target] = have.partitions
         if have.partitions < state.partitions:
             out.grow[target] = state.partitions
         elif have.partitions > state.partitions:
@@ -105,6 +127,18 @@ def _describe(admin: AdminClient, names: set[str] | None, with_configs: bool) ->
     return {name: TopicState(n, configs.get(name, {})) for name, n in counts.items()}
 
 
+def _end_offsets(admin: AdminClient, topics: Mapping[str, int]) -> dict[str, dict[int, int]]:
+    """Each partition's end offset (high watermark) of ``topics`` (name -> partition count)."""
+    out: dict[str, dict[int, int]] = {name: {} for name in topics}
+    if not topics:
+        return out
+    spec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    wanted = {TopicPartition(name, p): spec for name, n in topics.items() for p in range(n)}
+    for tp, future in admin.list_offsets(wanted, request_timeout=TIMEOUT_S).items():
+        out[tp.topic][tp.partition] = int(future.result(timeout=TIMEOUT_S).offset)
+    return out
+
+
 class TopicSync:
     """Keeps the destination's topics in step with the source's (see the module docstring)."""
 
@@ -113,6 +147,7 @@ class TopicSync:
         self.source = source
         self.dest = dest
         self.errors = 0
+        self.refused: dict[str, str] = {}  # destination topic -> why the link does not write it
 
     def source_topics(self) -> dict[str, int]:
         """The mirrored source topics and their partition counts."""
@@ -120,20 +155,61 @@ class TopicSync:
         return {name: len(t.partitions) for name, t in metadata.topics.items()
                 if t.error is None and self.config.topics.selects(name)}
 
-    def run(self) -> dict[str, int]:
-        """Bring the destination in step; the mirrored source topics (those whose destination exists
-        with enough partitions) and their partition counts."""
+    def run(self, first: bool = False) -> dict[str, int]:
+        """Bring the destination in step; the mirrored source topics (less those refused, see the
+        module docstring) and their partition counts. ``first``: a refusal raises ``LinkError``
+        before anything is changed."""
         counts = self.source_topics()
         source = _describe(self.source, set(counts), self.config.sync_configs)
         targets = {self.config.topics.destination(t) for t in counts}
-        dest = _describe(self.dest, targets, self.config.sync_configs)
+        dest = _describe(self.dest, targets, self.config.sync_configs or self.config.preserves_offsets)
         steps = plan(self.config, source, dest)
+        adopt, refused = self._check_adoptions(steps)
+        if first and refused:
+            raise LinkError("; ".join(refused[name] for name in sorted(refused)))
+        for name in sorted(set(refused) - set(self.refused)):
+            self.errors += 1
+            log.error("%s", refused[name])
+        self.refused = refused
+        for name in refused:
+            steps.grow.pop(name, None)
+            steps.alter.pop(name, None)
+        self._mark(adopt)
         self._create(steps.create)
         self._grow(steps.grow)
         self._alter(steps.alter)
         for name in steps.shrunk:
             log.error("destination topic %s has more partitions than its source; extra partitions stay empty", name)
-        return counts
+        return {t: n for t, n in counts.items() if self.config.topics.destination(t) not in refused}
+
+    def _check_adoptions(self, steps: Plan) -> tuple[list[str], dict[str, str]]:
+        """(the existing unmarked topics that are empty, so may be marked; refused topic -> why)."""
+        link = self.config.name
+        refused = {name: (f"destination topic {name} is written by mirror link {other} (mirror.source={other}), "
+                          f"not by link {link}: a topic takes one link's records at their source offsets")
+                   for name, other in steps.foreign.items()}
+        ends = _end_offsets(self.dest, steps.adopt)
+        full = {name: sorted((p, end) for p, end in ends[name].items() if end != 0) for name in steps.adopt}
+        full = {name: held for name, held in full.items() if held}
+        if full:  # a sibling process of this link may have adopted (and begun copying into) them meanwhile
+            again = _overrides(self.dest, sorted(full))
+            full = {name: held for name, held in full.items() if again.get(name, {}).get(MIRROR_SOURCE) != link}
+        for name, held in full.items():
+            shown = ", ".join(f"partition {p} ends at {end}" for p, end in held[:3]) + (", ..." if len(held) > 3 else "")
+            refused[name] = (
+                f"destination topic {name} already exists, holds records ({shown}) and has no mirror.source: "
+                f"link {link} (offsets = \"preserve\") cannot write the source's records at their offsets into "
+                f"it. Delete it (the link creates it), mirror into another name (topics.rename), or, if it "
+                f"already holds this source's records at their source offsets, set mirror.source={link} on it")
+        return [name for name in steps.adopt if name not in refused], refused
+
+    def _mark(self, names: list[str]) -> None:
+        if not names:
+            return
+        entry = [ConfigEntry(MIRROR_SOURCE, self.config.name, incremental_operation=AlterConfigOpType.SET)]
+        resources = [ConfigResource(ResourceType.TOPIC, name, incremental_configs=entry) for name in names]
+        for resource, future in self.dest.incremental_alter_configs(resources, request_timeout=TIMEOUT_S).items():
+            self._settle(future, f"existing empty topic {resource.name} marked mirror.source={self.config.name}", None)
 
     def _create(self, create: dict[str, TopicState]) -> None:
         if not create:

@@ -34,3 +34,25 @@ def test_in_step_topics_need_nothing() -> None:
     steps = plan(CONFIG, {"orders": TopicState(2, {"retention.ms": "1"})},
                  {"dc1.orders": TopicState(2, {"retention.ms": "1"})})
     assert (steps.create, steps.grow, steps.alter, steps.shrunk) == ({}, {}, {}, [])
+
+
+PRESERVE = parse_config({"link": {"name": "keep", "offsets": "preserve"}, "topics": {"include": [".*"]},
+                         "source": {"bootstrap.servers": "a"}, "destination": {"bootstrap.servers": "b"}})
+
+
+def test_preserve_marks_created_topics_and_asks_to_check_existing_unmarked_ones_before_adopting() -> None:
+    source = {"new": TopicState(2, {}), "old": TopicState(3, {}), "mine": TopicState(1, {}),
+              "theirs": TopicState(1, {})}
+    dest = {"old": TopicState(2, {"retention.ms": "5"}), "mine": TopicState(1, {"mirror.source": "keep"}),
+            "theirs": TopicState(1, {"mirror.source": "east"})}
+    steps = plan(PRESERVE, source, dest)
+    assert steps.create == {"new": TopicState(2, {"mirror.source": "keep"})}
+    assert steps.adopt == {"old": 2}  # its end offsets decide: empty is marked, non-empty refused
+    assert steps.foreign == {"theirs": "east"}
+    assert steps.grow == {"old": 3}
+    assert steps.alter == {"old": ({}, ["retention.ms"])}  # mirror.source itself is never synced
+
+
+def test_translate_mode_appends_to_existing_topics_whatever_they_hold() -> None:
+    steps = plan(CONFIG, {"orders": TopicState(1, {})}, {"dc1.orders": TopicState(1, {"mirror.source": "east"})})
+    assert not steps.adopt and not steps.foreign
