@@ -59,6 +59,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -77,9 +78,10 @@ from tidelog.common.errors import KafkaError as TidelogKafkaError
 log = logging.getLogger(__name__)
 
 PROBE_INTERVAL_S = 2.0  # how often the cluster is probed during an outage
-COMMIT_WAIT_S = 10.0  # a live commit not done by then: the outage begins
+COMMIT_WAIT_S = 10.0  # a commit not done by then (or by transaction.timeout.ms if shorter): an outage
 SETTLE_WAIT_S = 5.0  # one attempt at settling the old transaction once the cluster answers
 REPLAY_BATCH_BYTES = 4 << 20
+REPLAY_LOG_INTERVAL_S = 5.0
 SPOOL_BATCH_BYTES = 4 << 20  # a spooling window is handed over once it holds this much
 NOTHING = (-1, -1)
 Progress = tuple[int, int]
@@ -158,7 +160,10 @@ class SpoolingAgent(Agent):
         self._behind: set[str] = set()  # sources rewound below the baseline: read into the spool till past it
         self._probe_at = 0.0
         self._spool_retry_at = 0.0  # after a spool write the disk refused
+        # A transaction not committed within transaction.timeout.ms is aborted by the coordinator anyway.
+        self._commit_wait = min(COMMIT_WAIT_S, int(config.kafka.get("transaction.timeout.ms", 60_000)) / 1000)
         self._window_bytes = 0
+        self._replay_logged_at = -REPLAY_LOG_INTERVAL_S
 
     # ---- start: the spool at once, the cluster in run() (a stop signal may come while waiting) -----
 
@@ -187,8 +192,10 @@ class SpoolingAgent(Agent):
 
     def _connect(self, stop: threading.Event) -> bool:
         """Wait for the cluster, then do what Agent.start does, with the spool's states. False if stopped."""
-        admin = AdminClient({k: v for k, v in self.config.kafka.items()
-                             if k in positions.consumer_settings(self.config.kafka)})
+        # A probe only: its connection errors are said once below, not by librdkafka every backoff.
+        settings: dict[str, Any] = {k: v for k, v in self.config.kafka.items()
+                                    if k in positions.consumer_settings(self.config.kafka)}
+        admin = AdminClient({**settings, "log_level": 0})
         waiting = False
         while True:
             try:
@@ -212,7 +219,8 @@ class SpoolingAgent(Agent):
                 resume[source_id] = spooled
         self._baseline = {source_id: progress(saved) for source_id, saved in committed.items()}
         if self._backlog:
-            log.info("spool: %d bytes of lines from before the restart, written first", self.spool.size_bytes)
+            log.info("spool: %d records (lines and positions) from before the restart, written first",
+                     self.spool.spool.end_offset - self.spool.replayed)
         self._restore(resume)
         return True
 
@@ -271,7 +279,7 @@ class SpoolingAgent(Agent):
         producer = self._producer
         assert producer is not None
         try:
-            producer.commit_transaction(COMMIT_WAIT_S)
+            producer.commit_transaction(self._commit_wait)
         except KafkaException as exc:
             self._begin_outage(exc.args[0], "commit")
             return False
@@ -362,7 +370,8 @@ class SpoolingAgent(Agent):
                         if _committed_progress(source) < self._baseline.get(source.source_id, NOTHING)}
         self._outage = False
         assert self.spool is not None
-        log.warning("the cluster answers again; %d bytes of spooled lines are written first", self.spool.size_bytes)
+        log.warning("the cluster answers again; %d spooled records (lines and positions) are written first",
+                    self.spool.spool.end_offset - self.spool.replayed)
 
     def _settle_transaction(self) -> bool:
         """One attempt at settling what the outage left open; True when the producer can begin anew."""
@@ -401,6 +410,11 @@ class SpoolingAgent(Agent):
             self._replay_once()
         if not self._backlog and not self._outage:
             log.warning("spool: every spooled line is in the topic; lines go straight to it again")
+        elif self._backlog and now >= self._replay_logged_at + REPLAY_LOG_INTERVAL_S:
+            assert self.spool is not None
+            self._replay_logged_at = now
+            log.info("spool: replaying, %d lines written again so far, %d records left",
+                     self.metrics.replayed_lines_total, self.spool.spool.end_offset - self.spool.replayed)
 
     def _replay_once(self) -> None:
         """One transaction: whole batches up to transaction.max.records lines (at least one batch)."""
@@ -421,7 +435,7 @@ class SpoolingAgent(Agent):
                     send(producer, self.config.positions_topic, state.encode(),
                          positions.key_of(self.config.agent_id, source_id))
                 committing = True
-                producer.commit_transaction(COMMIT_WAIT_S)
+                producer.commit_transaction(self._commit_wait)
             except KafkaException as exc:
                 self._begin_outage(exc.args[0], "commit" if committing else "abort")
                 return
