@@ -12,14 +12,14 @@ Modes of the loop:
   sources to the positions last known safe and the loop goes on reading, each commit point handing its
   lines and states to the spool (fsynced) instead of a transaction; the positions move on once the
   batch is on disk, so finished files are let go. Every ``PROBE_INTERVAL_S`` the cluster is probed;
-  when it answers, the old transaction is settled (its commit retried, or it is aborted, or a new
-  producer's ``init_transactions()`` settles it), and the positions topic is read again
+  when it answers, a new producer's ``init_transactions()`` settles the old transaction (committed if
+  the coordinator had prepared it, aborted otherwise), and the positions topic is read again
   (read_committed): the *baseline*, what Kafka really holds. Its outcome need not be known: the
   baseline says.
 * **replay** (the spool holds lines): batches are read back oldest first and written in transactions
-  with their state records, then released. Newly read lines keep going behind them into the spool,
-  so each source's lines reach the topic in (generation, end) order. When the spool is empty the loop
-  is live again.
+  with their state records, then released. The files wait meanwhile (their descriptors are held, and
+  their positions are past what the spool holds), so each source's lines reach the topic in
+  (generation, end) order and the spool drains at full speed. When it is empty the loop is live again.
 
 Invariant (what makes a kill -9 anywhere lose nothing and repeat nothing): a source's committed
 position record (the baseline) determines which lines of it are in the topic: line ``(g, end)`` is
@@ -34,8 +34,8 @@ its offset, or ``(next_generation, 0)`` when every generation is finished). Ther
    or still in a file beyond a durable position;
 3. positions move on (finished files are let go) only after a commit or after the batch holding their
    lines and states is fsynced;
-4. the baseline is read only with no transaction of this agent open: after ``init_transactions()`` at
-   start, or after the old transaction is settled; every failure makes it unknown again;
+4. the baseline is read only with no transaction of this agent open, after ``init_transactions()`` (at
+   start, or by the producer that replaced the failed one); every failure makes it unknown again;
 5. live transactions (which filter nothing) resume only when the spool is empty and no source's
    position in memory is below its baseline (the case of a commit that timed out, was rewound, and
    then settled as committed): until then lines go through the spool, where rule 1 filters them.
@@ -72,14 +72,14 @@ from tidelog.agent.outage_spool import Handoff, OutageSpool, Pending
 from tidelog.agent.positions import PositionsError, SavedSource
 from tidelog.agent.shipper import Agent, AgentError, record_headers
 from tidelog.clients.errors import SpoolLockedError
-from tidelog.clients.transactional import FENCED, send
+from tidelog.clients.transactional import send
 from tidelog.common.errors import KafkaError as TidelogKafkaError
 
 log = logging.getLogger(__name__)
 
 PROBE_INTERVAL_S = 2.0  # how often the cluster is probed during an outage
 COMMIT_WAIT_S = 10.0  # a commit not done by then (or by transaction.timeout.ms if shorter): an outage
-SETTLE_WAIT_S = 5.0  # one attempt at settling the old transaction once the cluster answers
+SETTLE_WAIT_S = 5.0  # one attempt at the new producer's init_transactions() once the cluster answers
 REPLAY_BATCH_BYTES = 4 << 20
 REPLAY_LOG_INTERVAL_S = 5.0
 SPOOL_BATCH_BYTES = 4 << 20  # a spooling window is handed over once it holds this much
@@ -155,7 +155,7 @@ class SpoolingAgent(Agent):
         self._spooling_window = False  # the open commit window hands its lines to the spool
         self._pending: dict[Source, list[Pending]] = {}
         self._outage = False
-        self._settle: str | None = None  # "commit", "abort" or "renew": what the producer needs first
+        self._settle = False  # the producer is new: init_transactions() first
         self._baseline: dict[str, Progress] | None = None  # None: unknown until read again
         self._behind: set[str] = set()  # sources rewound below the baseline: read into the spool till past it
         self._probe_at = 0.0
@@ -235,8 +235,9 @@ class SpoolingAgent(Agent):
         if self._outage:
             if now >= self._probe_at:
                 self._probe()
-        elif self._backlog and self._txn_started is None:
-            self._replay(now)
+        elif self._backlog:
+            # The spool first, at full speed; the files wait meanwhile (their descriptors are held).
+            return self._replay(now) if self._txn_started is None else 0
         if now < self._spool_retry_at or (self._backlog and self.spool.full):
             return 0  # the files wait
         return super().step(now)
@@ -281,24 +282,24 @@ class SpoolingAgent(Agent):
         try:
             producer.commit_transaction(self._commit_wait)
         except KafkaException as exc:
-            self._begin_outage(exc.args[0], "commit")
+            self._begin_outage(exc.args[0])
             return False
         return True
 
     def _failed(self, error: KafkaError) -> None:
-        self._begin_outage(error, "abort")
+        self._begin_outage(error)
 
-    def _begin_outage(self, error: KafkaError, failed: str) -> None:
-        """The open transaction failed: rewind its sources; lines go to the spool until the cluster answers."""
+    def _begin_outage(self, error: KafkaError) -> None:
+        """The open transaction failed: rewind its sources; lines go to the spool until the cluster answers.
+
+        The producer is replaced: the new one's init_transactions() settles the old transaction (commits
+        it if the coordinator had it prepared, aborts it otherwise) and starts from a clean epoch and
+        sequence numbers, whatever state the outage left the old one in. Its outcome is not needed:
+        the baseline read afterwards says what the topic holds."""
         self.metrics.aborts_total += 1
-        if error.code() in FENCED or error.fatal():
-            self._count_fence(error)
-            self._producer = self._make_producer()  # its init_transactions() settles the old transaction
-            self._settle = "renew"
-        elif error.txn_requires_abort():
-            self._settle = "abort"
-        else:  # retriable: a commit must be retried (its outcome is unknown), anything else aborted
-            self._settle = failed
+        self._count_fence(error)
+        self._producer = self._make_producer()
+        self._settle = True
         for source in self._dirty:
             source.rewind()
         self._dirty.clear()
@@ -374,47 +375,40 @@ class SpoolingAgent(Agent):
                     self.spool.spool.end_offset - self.spool.replayed)
 
     def _settle_transaction(self) -> bool:
-        """One attempt at settling what the outage left open; True when the producer can begin anew."""
+        """One attempt at the new producer's init_transactions(); True when it can begin transactions."""
         producer = self._producer
         assert producer is not None
+        if not self._settle:
+            return True
         try:
-            if self._settle == "commit":
-                producer.commit_transaction(SETTLE_WAIT_S)
-            elif self._settle == "abort":
-                producer.abort_transaction(SETTLE_WAIT_S)
-            elif self._settle == "renew":
-                producer.init_transactions(SETTLE_WAIT_S)
+            producer.init_transactions(SETTLE_WAIT_S)
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
-            if error.code() in FENCED or error.fatal():
+            if not error.retriable():
                 self._count_fence(error)
                 log.warning("a new transactional producer after: %s", error.str())
                 self._producer = self._make_producer()
-                self._settle = "renew"
-            elif error.txn_requires_abort():
-                self._settle = "abort"
-            elif not error.retriable():  # not valid in this state: start over with a new producer
-                log.warning("a new transactional producer after: %s", error.str())
-                self._producer = self._make_producer()
-                self._settle = "renew"
             return False
-        self._settle = None
+        self._settle = False
         return True
 
     # ---- replay ------------------------------------------------------------------------------------
 
-    def _replay(self, now: float) -> None:
-        """Write spooled batches, oldest first, in transactions, for up to transaction.interval.ms."""
+    def _replay(self, now: float) -> int:
+        """Write spooled batches, oldest first, in transactions, for up to transaction.interval.ms; the
+        number of spool records done (0: none, the loop may rest)."""
+        assert self.spool is not None
         deadline = now + self.config.transaction_interval_ms / 1000
+        before = self.spool.replayed
         while self._backlog and not self._outage and self.clock() <= deadline:
             self._replay_once()
         if not self._backlog and not self._outage:
             log.warning("spool: every spooled line is in the topic; lines go straight to it again")
         elif self._backlog and now >= self._replay_logged_at + REPLAY_LOG_INTERVAL_S:
-            assert self.spool is not None
             self._replay_logged_at = now
             log.info("spool: replaying, %d lines written again so far, %d records left",
                      self.metrics.replayed_lines_total, self.spool.spool.end_offset - self.spool.replayed)
+        return self.spool.replayed - before
 
     def _replay_once(self) -> None:
         """One transaction: whole batches up to transaction.max.records lines (at least one batch)."""
@@ -424,7 +418,6 @@ class SpoolingAgent(Agent):
                            spool.replayed)
         lines, states = plan.lines, plan.states
         if lines or states:
-            committing = False
             try:
                 producer.begin_transaction()
                 for topic, source_id, line, time_ms in lines:
@@ -434,10 +427,9 @@ class SpoolingAgent(Agent):
                 for source_id, state in states.items():
                     send(producer, self.config.positions_topic, state.encode(),
                          positions.key_of(self.config.agent_id, source_id))
-                committing = True
                 producer.commit_transaction(self._commit_wait)
             except KafkaException as exc:
-                self._begin_outage(exc.args[0], "commit" if committing else "abort")
+                self._begin_outage(exc.args[0])
                 return
             self.metrics.transactions_total += 1
             self.metrics.replayed_lines_total += len(lines)
