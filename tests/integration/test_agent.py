@@ -38,12 +38,15 @@ topic = "{topic}"
     return path
 
 
-OUTAGE_SIGNS = ("transaction aborted", "out of reach")
+OUTAGE_SIGNS = ("transaction aborted", "out of reach", "lines go to the spool")
 
 
+@pytest.mark.parametrize("spool", [False, True], ids=["files-wait", "spool"])
 def test_lines_written_renamed_and_deleted_during_an_outage_land_once_when_the_broker_returns(
-    tmp_path: Path,
+    tmp_path: Path, spool: bool
 ) -> None:
+    """Without a spool the files wait; with one (agent.state.dir) the agent reads on into it, and when
+    the broker returns a new producer settles the failed transaction and the spool is replayed."""
     logs = tmp_path / "logs"
     logs.mkdir()
     app = logs / "app.log"
@@ -51,6 +54,7 @@ def test_lines_written_renamed_and_deleted_during_an_outage_land_once_when_the_b
         topic = create_topic(broker.bootstrap, unique_topic("outage"), 1)
         # A short transaction timeout: the transaction open when the broker went away is timed out by it.
         config = write_config(tmp_path / "agent.toml", broker.bootstrap, logs, topic,
+                              extra_agent=f'state.dir = "{tmp_path / "state"}"' if spool else "",
                               extra_kafka='"transaction.timeout.ms" = 3000')
         agent = AgentRun(config, tmp_path / "agent.log")
         reader = Reader(broker.bootstrap, topic, partitions=1)
@@ -74,7 +78,10 @@ def test_lines_written_renamed_and_deleted_during_an_outage_land_once_when_the_b
             assert agent.stop() == 0
             time.sleep(0.3)
             reader.count()
-            assert reader.values == list(range(writer.next)), agent.log.read_text()[-3000:]
+            log = agent.log.read_text()
+            assert reader.values == list(range(writer.next)), log[-3000:]
+            if spool:
+                assert "the cluster answers again" in log and "lines go straight to it again" in log, log[-3000:]
         finally:
             reader.consumer.close()
             agent.close()

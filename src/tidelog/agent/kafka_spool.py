@@ -352,6 +352,7 @@ class SpoolingAgent(Agent):
         self._probe_at = self.clock() + PROBE_INTERVAL_S
         producer = self._producer
         assert producer is not None
+        producer.poll(0)  # its log lines and callbacks, queued while nothing else polls it
         try:
             producer.list_topics(self.config.positions_topic, timeout=1.0)
         except KafkaException:
