@@ -42,7 +42,8 @@ its offset, or ``(next_generation, 0)`` when every generation is finished). Ther
 
 At start the topic's positions (read_committed after ``init_transactions()``) are the baseline, and
 each source resumes from the newer of that and the newest state record in the spool. A kill during
-spooling loses only a torn batch, whose lines are read again from the file; a kill during replay
+spooling can tear only the batch being written (cut at open, with its state records, so its lines are
+read again from the file); a kill during replay
 leaves an open transaction that the next ``init_transactions()`` aborts, and the spool, released only
 below committed transactions, is replayed again with what the baseline holds filtered out.
 
