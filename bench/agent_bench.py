@@ -5,9 +5,13 @@ a temporary folder; ``tidelog agent`` runs as a second subprocess tailing one fi
 appends ``--rate`` lines of ``--size`` bytes per second to that file (in 10 ms slices) for
 ``--seconds``, and samples the agent's CPU time (/proc/PID/stat, user + system) and resident memory
 (/proc/PID/status VmRSS) once a second. ``--mode gateway`` puts ``tidelog gateway`` (a third
-subprocess) between them: the agent in gateway mode, positions in a local file. Usage::
+subprocess) between them: the agent in gateway mode, positions in a local file. ``--spool`` gives the
+direct-mode agent an ``agent.state.dir`` (the outage spool, idle while the broker answers);
+``--outage S`` stops the broker S seconds from 5 s into the run (with ``--spool`` the agent spools
+meanwhile, then replays), and the CPU is given for the outage and for what follows. Usage::
 
-    python bench/agent_bench.py [--rate 10000] [--seconds 20] [--size 100] [--mode kafka|gateway]
+    python bench/agent_bench.py [--rate 10000] [--seconds 20] [--size 100] [--mode kafka|gateway] [--spool]
+                                [--outage S]
 
 Printed: the agent's mean CPU (% of one core) and peak RSS over the steady part (after a 3 s warm-up),
 the lines shipped (read_committed count) and the lag after the last write until every line is in
@@ -47,14 +51,26 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-def count_committed(bootstrap: str, topic: str, want: int, timeout: float) -> int:
+def count_committed(bootstrap: str, topic: str, want: int, timeout: float) -> tuple[int, int]:
+    """Records read (read_committed) and distinct line numbers among them, once ``want`` are distinct."""
     cons = consumer(bootstrap, {"isolation.level": "read_committed"})
     cons.assign([TopicPartition(topic, 0, 0)])
-    seen, deadline = 0, time.monotonic() + timeout
-    while seen < want and time.monotonic() < deadline:
-        seen += sum(1 for m in cons.consume(10_000, 0.2) if m.error() is None)
+    seen, numbers, deadline = 0, set(), time.monotonic() + timeout
+    while len(numbers) < want and time.monotonic() < deadline:
+        for m in cons.consume(10_000, 0.2):
+            if m.error() is None:
+                seen += 1
+                numbers.add((m.value() or b"")[:12])
     cons.close()
-    return seen
+    return seen, len(numbers)
+
+
+def cpu_between(samples: list[tuple[float, float, float]], start: float, end: float) -> float:
+    """Mean CPU (% of one core) between two times of the run, from the samples inside."""
+    inside = [s for s in samples if start <= s[0] <= end]
+    if len(inside) < 2:
+        return float("nan")
+    return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0]) * 100
 
 
 def main() -> None:
@@ -64,6 +80,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100, help="bytes per line, newline included")
     parser.add_argument("--mode", choices=("kafka", "gateway"), default="kafka",
                         help="the agent writes straight to Kafka, or through tidelog gateway")
+    parser.add_argument("--spool", action="store_true", help="direct mode with the outage spool (agent.state.dir)")
+    parser.add_argument("--outage", type=float, default=0.0, help="stop the broker this long, from 5 s in")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="agent-bench-") as tmp:
         folder = Path(tmp)
@@ -80,7 +98,10 @@ def main() -> None:
                 gateway = GatewayProcess(folder / "gw", broker.bootstrap).start(60)
                 target = f'state.dir = "{folder}/state"\n[gateway]\nurl = "{gateway.url}"\n'
             else:
-                target = f'[kafka]\nbootstrap.servers = "{broker.bootstrap}"\n"linger.ms" = 20\n"compression.type" = "lz4"\n'
+                target = f'state.dir = "{folder}/state"\n' if args.spool else ""
+                target += f'[kafka]\nbootstrap.servers = "{broker.bootstrap}"\n"linger.ms" = 20\n"compression.type" = "lz4"\n'
+                if args.outage:
+                    target += '"transaction.timeout.ms" = 5000\n'  # the outage is met within 5 s
             config.write_text(f'[agent]\nid = "bench"\n{target}'
                               f'[[files]]\npaths = ["{folder}/logs/*.log"]\ntopic = "{topic}"\n')
             env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
@@ -92,8 +113,15 @@ def main() -> None:
             written, samples = 0, []
             started = time.monotonic()
             next_sample = started + 1
+            outage: list[float] = []  # when the broker was stopped, and started again
             with app.open("ab", buffering=0) as out:
                 while (now := time.monotonic()) < started + args.seconds:
+                    if args.outage and not outage and now - started >= 5:
+                        broker.stop()
+                        outage.append(time.monotonic() - started)
+                    elif len(outage) == 1 and now - started >= outage[0] + args.outage:
+                        broker.start()
+                        outage.append(time.monotonic() - started)
                     due = int((now - started) * args.rate)
                     if due > written:
                         count = min(due - written, per_slice * 10)
@@ -104,12 +132,16 @@ def main() -> None:
                         next_sample += 1
                     time.sleep(0.01)
             last_write = time.monotonic()
-            shipped = count_committed(broker.bootstrap, topic, written, 60)
+            shipped, distinct = count_committed(broker.bootstrap, topic, written, 60)
             lag = time.monotonic() - last_write
             steady = [s for s in samples if s[0] >= 3]
             cpu = (steady[-1][1] - steady[0][1]) / (steady[-1][0] - steady[0][0]) * 100
             print(f"lines written {written} ({written / args.seconds:,.0f}/s, {args.size} B each); "
-                  f"shipped (read_committed) {shipped}")
+                  f"shipped (read_committed) {shipped}, distinct {distinct}")
+            if len(outage) == 2:
+                print(f"broker stopped {outage[0]:.1f}-{outage[1]:.1f} s: agent CPU during the outage "
+                      f"{cpu_between(samples, outage[0], outage[1]):.1f}%, after it (replay, then live) "
+                      f"{cpu_between(samples, outage[1], args.seconds):.1f}%")
             print(f"agent CPU {cpu:.1f}% of one core (mean over {steady[-1][0] - steady[0][0]:.0f} s); "
                   f"RSS peak {max(s[2] for s in steady):.1f} MiB, at start {samples[0][2]:.1f} MiB")
             print(f"caught up {lag:.2f} s after the last write (includes reading the topic)")

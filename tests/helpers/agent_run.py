@@ -97,8 +97,9 @@ def kafka_target(bootstrap: str) -> str:
 def rotate_and_kill_scenario(bootstrap: str, tmp_path: Path, target: str | None = None) -> None:
     """Run the scenario of the module docstring against the cluster at ``bootstrap``; assert on the topic.
 
-    ``target`` is the configuration's section saying where lines go: [kafka] at ``bootstrap`` by default,
-    or a [gateway] section (with ``state.dir`` in [agent]) for gateway mode."""
+    ``target`` is the configuration's section saying where lines go: [kafka] at ``bootstrap`` by default
+    (no state dir, no spool). A ``target`` given also sets ``state.dir`` in [agent]: a [gateway] section
+    for gateway mode, or ``kafka_target(bootstrap)`` for direct mode with the outage spool."""
     logs = tmp_path / "logs"
     logs.mkdir()
     app = logs / "app.log"

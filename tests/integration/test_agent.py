@@ -1,5 +1,6 @@
-"""tidelog agent against a tidelog broker: an outage with a rotated and deleted file, multi-line
-records and the line size limit end to end, and clear errors for a bad configuration."""
+"""tidelog agent against a tidelog broker: an outage with a rotated and deleted file (without a spool,
+and with the outage spool through two kill -9s), multi-line records and the line size limit end to
+end, and clear errors for a bad configuration."""
 
 from __future__ import annotations
 
@@ -37,12 +38,15 @@ topic = "{topic}"
     return path
 
 
-OUTAGE_SIGNS = ("transaction aborted", "out of reach")
+OUTAGE_SIGNS = ("transaction aborted", "out of reach", "lines go to the spool")
 
 
+@pytest.mark.parametrize("spool", [False, True], ids=["files-wait", "spool"])
 def test_lines_written_renamed_and_deleted_during_an_outage_land_once_when_the_broker_returns(
-    tmp_path: Path,
+    tmp_path: Path, spool: bool
 ) -> None:
+    """Without a spool the files wait; with one (agent.state.dir) the agent reads on into it, and when
+    the broker returns a new producer settles the failed transaction and the spool is replayed."""
     logs = tmp_path / "logs"
     logs.mkdir()
     app = logs / "app.log"
@@ -50,6 +54,7 @@ def test_lines_written_renamed_and_deleted_during_an_outage_land_once_when_the_b
         topic = create_topic(broker.bootstrap, unique_topic("outage"), 1)
         # A short transaction timeout: the transaction open when the broker went away is timed out by it.
         config = write_config(tmp_path / "agent.toml", broker.bootstrap, logs, topic,
+                              extra_agent=f'state.dir = "{tmp_path / "state"}"' if spool else "",
                               extra_kafka='"transaction.timeout.ms" = 3000')
         agent = AgentRun(config, tmp_path / "agent.log")
         reader = Reader(broker.bootstrap, topic, partitions=1)
@@ -73,7 +78,68 @@ def test_lines_written_renamed_and_deleted_during_an_outage_land_once_when_the_b
             assert agent.stop() == 0
             time.sleep(0.3)
             reader.count()
-            assert reader.values == list(range(writer.next)), agent.log.read_text()[-3000:]
+            log = agent.log.read_text()
+            assert reader.values == list(range(writer.next)), log[-3000:]
+            if spool:
+                assert "the cluster answers again" in log and "lines go straight to it again" in log, log[-3000:]
+        finally:
+            reader.consumer.close()
+            agent.close()
+
+
+def _wait_in_log(agent: AgentRun, text: str, what: str, timeout: float = 60) -> None:
+    wait_until(lambda: text in agent.log.read_text(), timeout=timeout, interval=0.05, message=what)
+
+
+def test_the_spool_keeps_a_file_deleted_during_an_outage_through_kills_while_spooling_and_replaying(
+    tmp_path: Path,
+) -> None:
+    """Straight to Kafka with agent.state.dir: the broker stopped, lines written, the file rotated;
+    the agent killed -9 while spooling and the rotated file deleted while it is down (its lines are then
+    only in the spool); the agent restarted before the broker (it waits), and killed -9 again during
+    the replay. Every line lands exactly once, in order."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    app = logs / "app.log"
+    with BrokerProcess(tmp_path / "broker") as broker:
+        topic = create_topic(broker.bootstrap, unique_topic("kspool"), 1)
+        config = write_config(tmp_path / "agent.toml", broker.bootstrap, logs, topic,
+                              extra_agent=f'state.dir = "{tmp_path / "state"}"\ntransaction.max.records = 1000',
+                              extra_kafka='"transaction.timeout.ms" = 3000')
+        agent = AgentRun(config, tmp_path / "agent.log")
+        reader = Reader(broker.bootstrap, topic, partitions=1)
+        writer = Writer(app)
+        try:
+            agent.start()
+            writer.write(1000, pace=0.002)
+            wait_until(lambda: reader.count() >= 1000, timeout=60, interval=0.1, message="shipping")
+            broker.stop()
+            writer.write(1000)
+            _wait_in_log(agent, "lines go to the spool", "the agent meets the outage")
+            app.rename(logs / "app.log.1")
+            writer.write(20_000)  # the new app.log: the replay takes about 20 transactions
+            time.sleep(1.5)  # app.log.1 is read to its end (rotate.wait.ms) into the spool
+            agent.kill9()  # while spooling
+            (logs / "app.log.1").unlink()  # its 1000 lines are now only in the spool
+            writer.write(500)
+            agent.start()  # before the broker: it waits for it, keeping the spool
+            _wait_in_log(agent, "the files wait until it answers", "the restarted agent waits for the cluster")
+            broker.start()
+            _wait_in_log(agent, "spool: replaying", "the replay under way")  # after its first transaction
+            agent.kill9()  # during the replay: some batches committed (perhaps not yet released), one open
+            writer.write(500)
+            agent.start()
+            wait_until(lambda: reader.count() >= writer.next, timeout=60, interval=0.2,
+                       message=f"all {writer.next} lines after the outage")
+            assert agent.stop() == 0
+            time.sleep(0.3)
+            reader.count()
+            log = agent.log.read_text()
+            assert reader.values == list(range(writer.next)), (
+                f"{len(reader.values)} for {writer.next}; duplicated {len(reader.values) - len(set(reader.values))}, "
+                f"missing {sorted(set(range(writer.next)) - set(reader.values))[:10]}\n{log[-4000:]}")
+            assert reader.positions == sorted(set(reader.positions)), "(generation, seqno) grows strictly"
+            assert "is lost" not in log and "lines go straight to it again" in log
         finally:
             reader.consumer.close()
             agent.close()

@@ -9,6 +9,9 @@ and Apache Kafka alike.
   rename and copytruncate, positions, rewinding.
 * positions.py: the compacted positions topic, written in the lines' transaction and read at start.
 * shipper.py: the loop (read, produce, commit or abort and rewind).
+* kafka_spool.py: the loop with an outage spool (``agent.state.dir``): read on into the spool while the
+  cluster is out of reach, replay it in transactions with the positions when it answers.
+* outage_spool.py: the spool's batches (lines and position states), shared with gateway mode.
 """
 
 from tidelog.agent.config import AgentConfig, FileGroup, load_config, parse_config

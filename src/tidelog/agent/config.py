@@ -12,8 +12,8 @@
     scan.interval.ms = 2000       # how often the globs are expanded for new files
     rotate.wait.ms = 1000         # a renamed file is read until it has been quiet this long
     multiline.timeout.ms = 1000   # a multi-line record is emitted after this long without a next line
-    state.dir = "/var/lib/tidelog-agent"  # gateway mode: the positions file and the outage spool
-    spool.max.bytes = 268435456   # gateway mode: lines read into the spool during an outage (0: no spool)
+    state.dir = "/var/lib/tidelog-agent"  # the outage spool (and gateway mode's positions file)
+    spool.max.bytes = 268435456   # lines read into the spool during an outage (0: no spool)
 
     [kafka]                       # librdkafka settings, given to the producer as they are (direct mode)
     "bootstrap.servers" = "127.0.0.1:9092"
@@ -35,7 +35,8 @@
 Exactly one of ``[kafka]`` (direct mode: a transactional producer, positions in a topic) and
 ``[gateway]`` (gateway mode: the gateway's exactly-once per source, positions in
 ``<state.dir>/positions.json``, an outage spool in ``<state.dir>/spool``) is given. ``state.dir`` is
-required in gateway mode.
+required in gateway mode; in direct mode it is optional and turns on the outage spool
+(``<state.dir>/spool``, kafka_spool.py), unless ``spool.max.bytes = 0``.
 
 Dotted keys may be written bare (TOML nests them) or quoted: both mean the same setting. Any unknown
 key, wrong type or bad value raises :class:`~tidelog.common.errors.ConfigError` naming it; nothing
@@ -192,10 +193,10 @@ def parse_config(document: Mapping[str, Any]) -> AgentConfig:
     hostname = socket.gethostname()
     state_dir = Path(_str("agent.", "state.dir", agent["state.dir"])) if "state.dir" in agent else None
     spool_max = _int("agent.", "spool.max.bytes", agent.get("spool.max.bytes", DEFAULT_SPOOL_BYTES), 0)
-    if gateway is None:
+    if gateway is None and state_dir is None:
         if agent.get("spool.max.bytes"):
-            raise ConfigError("agent.spool.max.bytes: the spool is for gateway mode; straight to Kafka, the files "
-                              "are the backlog (see docs/clients.md)")
+            raise ConfigError("agent.spool.max.bytes: the spool is kept in agent.state.dir; set it too (or "
+                              "leave both out: without a spool, the files are the backlog)")
         spool_max = 0
     elif state_dir is None:
         raise ConfigError("agent.state.dir: required in gateway mode (the positions file and the spool are kept "

@@ -38,7 +38,7 @@ from urllib.parse import quote
 import httpx
 
 from tidelog.agent.config import GatewayTarget
-from tidelog.agent.lines import Line
+from tidelog.agent.outage_spool import Pending
 
 log = logging.getLogger(__name__)
 
@@ -68,20 +68,6 @@ def split_seqno(seqno: int) -> tuple[int, int]:
 class Outcome:
     written: int = 0
     duplicates: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    """A line on its way: its generation, end offset, value and original size (0 when whole)."""
-
-    generation: int
-    end: int
-    value: bytes
-    original_size: int = 0
-
-    @classmethod
-    def of(cls, generation: int, line: Line) -> Pending:
-        return cls(generation, line.end, line.value, line.original_size)
 
 
 class GatewayClient:

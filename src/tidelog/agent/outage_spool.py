@@ -1,8 +1,10 @@
-"""Gateway mode's outage spool: lines read while the gateway is out of reach, kept on disk until it answers.
+"""The agent's outage spool: lines read while the gateway or the cluster is out of reach, kept on disk.
 
 Why: the files are a backlog only while they exist and while the agent holds them open. A file
 rotated away and deleted during an outage, with the agent restarted before the gateway is back, is
 gone; with the spool its lines were read in time and wait on disk, within ``agent.spool.max.bytes``.
+Both modes use it: gateway mode (via_gateway.py) and straight to Kafka (kafka_spool.py, which states
+its own invariant: there the committed positions, not the gateway, decide what is a duplicate).
 
 Where and how: ``<agent.state.dir>/spool``, the LogProducer's spool (tidelog.clients.spool: tidelog's
 segment format, a CRC-32C per batch, a torn tail cut at open, one process per folder by flock). Each
@@ -14,10 +16,13 @@ hand-off (one commit point of the agent) is **one batch**, fsynced, holding the 
     state record:  topic = "", key = sourceId, value = the source's position record (positions.py JSON),
                    header tidelog-agent-state
 
+Every record of a batch has the batch's timestamp: when its lines were read (replayed lines keep it as
+their CreateTime straight to Kafka).
+
 A state record says where the source's files resume once its batch's lines are safe; the batch being
 one CRC'd unit, the lines and their positions are kept together or not at all.
 
-Invariants the agent keeps (via_gateway.py): the spool is a FIFO per source, so lines reach the
+Invariants gateway mode keeps (via_gateway.py): the spool is a FIFO per source, so lines reach the
 gateway in seqno order (the gateway would skip an older line sent after a newer one); while it holds
 lines not yet replayed, newly read lines go behind them into the spool, never straight to the gateway.
 The positions file records the spool offset below which every line was acknowledged and every state
@@ -27,17 +32,32 @@ finds every position either in the file or in a state record of the spool still 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tidelog.agent.gateway_client import Pending
+from tidelog.agent.lines import Line
 from tidelog.clients.spool import Spool, SpooledRecord
 
 HEADER_STATE = "tidelog-agent-state"
 HEADER_GENERATION = "tidelog-generation"
 HEADER_END = "tidelog-end"
 HEADER_ORIGINAL_SIZE = "tidelog-original-size"
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A line on its way: its generation, end offset, value and original size (0 when whole)."""
+
+    generation: int
+    end: int
+    value: bytes
+    original_size: int = 0
+
+    @classmethod
+    def of(cls, generation: int, line: Line) -> Pending:
+        return cls(generation, line.end, line.value, line.original_size)
 
 
 @dataclass
@@ -47,19 +67,21 @@ class Handoff:
     lines: dict[str, tuple[str, list[Pending]]] = field(default_factory=dict)  # source id -> (topic, lines)
     states: dict[str, str] = field(default_factory=dict)  # source id -> position record (JSON)
     next_offset: int = 0  # the spool offset after this batch (read back only)
+    time_ms: int = 0  # when the lines were read (epoch ms); 0: unknown
 
 
-def _line_record(source_id: str, topic: str, line: Pending) -> SpooledRecord:
+def _line_record(source_id: str, topic: str, line: Pending, time_ms: int) -> SpooledRecord:
     headers: list[tuple[str, bytes | None]] = [(HEADER_GENERATION, b"%d" % line.generation),
                                                (HEADER_END, b"%d" % line.end)]
     if line.original_size:
         headers.append((HEADER_ORIGINAL_SIZE, b"%d" % line.original_size))
-    return SpooledRecord(topic, line.value, source_id.encode(), tuple(headers))
+    return SpooledRecord(topic, line.value, source_id.encode(), tuple(headers), timestamp=time_ms)
 
 
 def _read_back(records: Iterable[SpooledRecord], next_offset: int) -> Handoff:
     out = Handoff(next_offset=next_offset)
     for record in records:
+        out.time_ms = out.time_ms or record.timestamp
         source_id = (record.key or b"").decode()
         headers = dict(record.headers)
         if HEADER_STATE in headers:
@@ -97,9 +119,10 @@ class OutageSpool:
 
     def append(self, handoff: Handoff) -> None:
         """One batch with the lines, then the states; fsynced before the positions move on."""
-        records = [_line_record(source_id, topic, line)
+        stamp = handoff.time_ms or int(time.time() * 1000)
+        records = [_line_record(source_id, topic, line, stamp)
                    for source_id, (topic, lines) in handoff.lines.items() for line in lines]
-        records += [SpooledRecord("", state.encode(), source_id.encode(), ((HEADER_STATE, b"1"),))
+        records += [SpooledRecord("", state.encode(), source_id.encode(), ((HEADER_STATE, b"1"),), timestamp=stamp)
                     for source_id, state in handoff.states.items()]
         if records:
             self.spool.append(self.spool.encode(records))

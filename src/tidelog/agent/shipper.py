@@ -12,13 +12,13 @@ in order); value = the line without its newline; headers ``tidelog-seqno`` (byte
 of the line in its file), ``tidelog-generation`` (which file that path has been, from 0) and, for a
 cut line, ``tidelog-original-size``. (generation, seqno) grows strictly per source.
 
-Outages: there is no separate spool. While a commit cannot complete, the loop retries it and reads
-nothing more, so the files themselves hold the backlog, and generations keep their descriptors, so
-a file renamed or deleted during the outage is still read in full afterwards (while the agent runs).
-A LogProducer spool in front of the transaction would be a second copy whose acknowledgement is not
-part of the transaction: it would bring back the duplicates that the transaction removes. What
-is lost: a file deleted while the agent is down, and bytes a copytruncate drops (written between its
-copy and its truncate), as with any tailer.
+Outages, without a spool: while a commit cannot complete, the loop retries it and reads nothing
+more, so the files themselves hold the backlog, and generations keep their descriptors, so a file
+renamed or deleted during the outage is still read in full afterwards (while the agent runs). What is
+lost: a file deleted while the agent is down (or restarted during the outage), and bytes a
+copytruncate drops (written between its copy and its truncate), as with any tailer. With
+``agent.state.dir`` the agent reads on into a disk spool during the outage instead (kafka_spool.py:
+a subclass of this loop, with the invariant that keeps it exactly once).
 
 Fencing: a second agent with the same ``agent.id`` fences the first (PRODUCER_FENCED). A transaction
 that outlives ``transaction.timeout.ms`` during an outage is fenced the same way, so the agent starts
@@ -70,7 +70,8 @@ class AgentMetrics:
     sources: int = 0
     duplicates_total: int = 0  # gateway mode: lines the gateway already had (sent again after a restart)
     replaced_lines_total: int = 0  # gateway mode: lines not valid UTF-8, bad bytes replaced
-    spool_bytes: int = 0  # gateway mode: the outage spool's size
+    spool_bytes: int = 0  # the outage spool's size (gateway mode, or straight to Kafka with agent.state.dir)
+    replayed_lines_total: int = 0  # straight to Kafka: spooled lines written in replay transactions
 
 
 class Agent:
@@ -223,12 +224,9 @@ class Agent:
         topic = source.group.topic
         key = source.source_id.encode()
         for gen, line in lines:
-            headers: list[tuple[str, str | bytes | None]] = [
-                (HEADER_SOURCE, key), (HEADER_SEQNO, b"%d" % line.end), (HEADER_GENERATION, b"%d" % gen.number)]
             if line.original_size:
-                headers.append((HEADER_ORIGINAL_SIZE, b"%d" % line.original_size))
                 self.metrics.truncated_lines_total += 1
-            send(producer, topic, line.value, key, headers)
+            send(producer, topic, line.value, key, record_headers(key, gen.number, line.end, line.original_size))
             self.metrics.bytes_total += len(line.value)
         self._txn_records += len(lines)
         self.metrics.lines_total += len(lines)
@@ -245,7 +243,7 @@ class Agent:
             for source, state in states.items():
                 send(producer, self.config.positions_topic, state.encode(),
                       positions.key_of(self.config.agent_id, source.source_id))
-            committed = self._retry(stop, lambda: producer.commit_transaction(10))
+            committed = self._commit_transaction(stop)
         except KafkaException as exc:
             committed = False
             self._failed(exc.args[0])
@@ -257,6 +255,12 @@ class Agent:
             self._dirty.clear()
             self._txn_started = None
         return committed
+
+    def _commit_transaction(self, stop: threading.Event) -> bool:
+        """Commit the open transaction, waiting through an outage; False if stopped first."""
+        producer = self._producer
+        assert producer is not None
+        return self._retry(stop, lambda: producer.commit_transaction(10))
 
     def _retry(self, stop: threading.Event, call: Callable[[], None], what: str = "commit") -> bool:
         """Run ``call`` until it succeeds; retriable errors (an outage) are retried. False if stopped."""
@@ -287,12 +291,7 @@ class Agent:
         """A new producer (init_transactions) after a fatal error. Fenced is also what a transaction that
         outlived transaction.timeout.ms during an outage gets, so it is retried; fenced again and again
         means another agent runs with this agent.id: stop rather than fence it back for ever."""
-        now = self.clock()
-        if error.code() in FENCED:
-            self._fences = [t for t in self._fences if now - t < FENCE_WINDOW_S] + [now]
-            if len(self._fences) >= FENCES_BEFORE_GIVING_UP:
-                raise AgentError(f"fenced {len(self._fences)} times in {FENCE_WINDOW_S:.0f} s: another agent with "
-                                 f"agent.id {self.config.agent_id!r} is running ({error.str()})")
+        self._count_fence(error)
         log.warning("a new transactional producer after: %s", error.str())
         producer = self._make_producer()
         self._producer = producer
@@ -301,12 +300,31 @@ class Agent:
         except KafkaException as exc:
             raise AgentError(f"init_transactions: {exc.args[0].str()}") from None
 
+    def _count_fence(self, error: KafkaError) -> None:
+        """Raise AgentError when fenced too often: another agent with this agent.id runs."""
+        now = self.clock()
+        if error.code() in FENCED:
+            self._fences = [t for t in self._fences if now - t < FENCE_WINDOW_S] + [now]
+            if len(self._fences) >= FENCES_BEFORE_GIVING_UP:
+                raise AgentError(f"fenced {len(self._fences)} times in {FENCE_WINDOW_S:.0f} s: another agent with "
+                                 f"agent.id {self.config.agent_id!r} is running ({error.str()})")
+
     def close(self) -> None:
         for source in self.sources.values():
             source.close()
         if self._producer is not None:
             self._producer.flush(5)
             self._producer = None
+
+
+def record_headers(key: bytes, generation: int, end: int, original_size: int
+                   ) -> list[tuple[str, str | bytes | None]]:
+    """A line's headers (the module docstring's "Records"); ``key`` is the sourceId."""
+    headers: list[tuple[str, str | bytes | None]] = [
+        (HEADER_SOURCE, key), (HEADER_SEQNO, b"%d" % end), (HEADER_GENERATION, b"%d" % generation)]
+    if original_size:
+        headers.append((HEADER_ORIGINAL_SIZE, b"%d" % original_size))
+    return headers
 
 
 def _excluded(path: str, patterns: tuple[str, ...]) -> bool:

@@ -42,9 +42,9 @@ from collections.abc import Callable
 from tidelog.agent import positions, state_file
 from tidelog.agent.config import AgentConfig
 from tidelog.agent.files import Generation, Source
-from tidelog.agent.gateway_client import GatewayClient, GatewayRejected, Outcome, Pending
+from tidelog.agent.gateway_client import GatewayClient, GatewayRejected, Outcome
 from tidelog.agent.lines import Line
-from tidelog.agent.outage_spool import Handoff, OutageSpool
+from tidelog.agent.outage_spool import Handoff, OutageSpool, Pending
 from tidelog.agent.shipper import Agent, AgentError
 from tidelog.clients.errors import SpoolLockedError
 from tidelog.common.errors import KafkaError as TidelogKafkaError

@@ -35,6 +35,11 @@ Rotation by rename and by copytruncate is followed; positions are kept in the po
 same transaction as the lines, so a restart or a kill -9 neither loses nor repeats a line.
 SIGTERM or Ctrl-C commits what was read and stops.
 
+An outage spool straight to Kafka (lines read on into state.dir/spool while the cluster is out of
+reach, written in transactions with their positions when it is back):
+  [agent]
+  state.dir = "/var/lib/tidelog-agent"
+
 Through tidelog gateway instead of [kafka] (exactly once by the gateway's seqnos; positions in
 state.dir/positions.json; an outage spool in state.dir/spool):
   [agent]
@@ -77,6 +82,10 @@ def _run(args: argparse.Namespace) -> int:
         from tidelog.agent.via_gateway import GatewayAgent  # httpx and the spool only in gateway mode
 
         agent: Agent = GatewayAgent(config)
+    elif config.spool_max_bytes:
+        from tidelog.agent.kafka_spool import SpoolingAgent
+
+        agent = SpoolingAgent(config)
     else:
         agent = Agent(config)
     try:

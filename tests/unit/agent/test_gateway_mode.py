@@ -13,8 +13,8 @@ import pytest
 from tidelog.agent import positions, state_file
 from tidelog.agent.config import GatewayTarget, parse_config
 from tidelog.agent.files import SavedGeneration
-from tidelog.agent.gateway_client import GatewayClient, GatewayRejected, Pending, seqno_of, split_seqno
-from tidelog.agent.outage_spool import Handoff, OutageSpool
+from tidelog.agent.gateway_client import GatewayClient, GatewayRejected, seqno_of, split_seqno
+from tidelog.agent.outage_spool import Handoff, OutageSpool, Pending
 from tidelog.agent.shipper import AgentError
 from tidelog.agent.via_gateway import GatewayAgent
 from tidelog.common.errors import ConfigError
@@ -60,12 +60,6 @@ def test_a_token_file_is_read_and_an_empty_one_refused(tmp_path: Path) -> None:
 def test_a_bad_gateway_setting_is_named(edit: tuple[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(tomllib.loads(GATEWAY.replace(*edit)))
-
-
-def test_a_spool_straight_to_kafka_is_refused() -> None:
-    text = '[agent]\nspool.max.bytes = 1000\n[kafka]\nbootstrap.servers = "k:9092"\n[[files]]\npaths = ["x"]\ntopic = "t"\n'
-    with pytest.raises(ConfigError, match=r"agent\.spool\.max\.bytes: the spool is for gateway mode"):
-        parse_config(tomllib.loads(text))
 
 
 def test_seqnos_grow_across_generations_and_are_the_offset_in_the_first_file() -> None:
