@@ -24,7 +24,8 @@ that key in the state partition, and every chunk with seqno <= that state's seqn
 topic exactly once (written in the same transaction as the state record that covers it).
 
 **When the cluster goes away.** The producer's error callback (served by the thread's polls, idle
-or flushing) reports ``_ALL_BROKERS_DOWN``; a transaction fails; an open attempt fails. Then the
+or flushing) reports ``_ALL_BROKERS_DOWN`` and a metadata request (``PROBE_S``) confirms it (brokers
+closing idle connections cause the same report); a transaction fails; an open attempt fails. Then the
 shard is *down*: ``submit`` refuses every job at once (``ShardUnavailable``, answered 503 with
 Retry-After: nothing was written, retrying is safe), the queued jobs are refused likewise, a
 transaction being flushed is given up without a commit (the next ``init_transactions`` aborts it),
@@ -70,6 +71,7 @@ log = logging.getLogger(__name__)
 OPEN_RETRY_S = 0.5
 OPEN_ATTEMPT_S = 5.0
 FLUSH_SLICE_S = 0.1
+PROBE_S = 1.0
 
 
 class ShardUnavailable(Exception):
@@ -212,7 +214,7 @@ class ShardWriter:
                 jobs = self._take()
                 if jobs:
                     self._write(jobs)
-                elif self._unreachable and self._producer is not None:
+                elif self._unreachable and self._producer is not None and not self._cluster_answers(self._producer):
                     self._give_up_producer(f"the producer reported: {self._unreachable}")
         finally:
             for producer in (self._producer, self._opening):
@@ -236,6 +238,16 @@ class ShardWriter:
             _dispose(producer)
         self.reopens += 1
         self._go_down(f"shard {self.shard} is reopening: {why}; retry shortly")
+
+    def _cluster_answers(self, producer: Producer) -> bool:
+        """Whether a metadata request is answered now: ``_ALL_BROKERS_DOWN`` also comes when idle
+        connections are closed by the brokers, which librdkafka makes again on demand."""
+        try:
+            producer.list_topics(self.config.state_topic, timeout=PROBE_S)
+        except KafkaException:
+            return False
+        self._unreachable = ""
+        return True
 
     def _on_error(self, error: KafkaError) -> None:
         """The producer's error callback, served on this thread by poll and flush."""
@@ -412,7 +424,7 @@ class ShardWriter:
         noticed at once; a transaction given up here was never committed (nothing of it is visible)."""
         deadline = time.monotonic() + self._op_timeout_s
         while producer.flush(FLUSH_SLICE_S) > 0:
-            if self._unreachable:
+            if self._unreachable and not self._cluster_answers(producer):
                 raise Unreachable(f"the cluster became unreachable ({self._unreachable}); nothing of this "
                                   "transaction was committed")
             if time.monotonic() > deadline:
