@@ -30,7 +30,7 @@ RECOVERY_BOUND_S = 15.0
 SOURCES = 4
 # A session shorter than the outages below, so the ownership is lost and taken back; requests are
 # answered within a few seconds whatever happens.
-GATEWAY_SETTINGS = {"gateway.session.timeout.ms": 3000, "gateway.request.timeout.ms": 6000}
+GATEWAY_SETTINGS = {"gateway.session.timeout.ms": 2000, "gateway.request.timeout.ms": 6000}
 ANSWER_BOUND_S = 6.0 + 2.0
 
 
@@ -66,9 +66,9 @@ class Source:
         return next((a.at for a in self.answers if a.status == 200 and a.at >= moment), None)
 
 
-def run_source(url: str, topic: str, source: Source, stop: threading.Event) -> None:
+def run_source(url: str, topic: str, source: Source, stop: threading.Event, abandon: threading.Event) -> None:
     with httpx.Client(timeout=30) as client:
-        while True:
+        while not abandon.is_set():
             seqno = source.next_seqno
             body = {"sourceId": source.name, "chunks": [{"seqno": seqno, "records": [{"value": f"{source.name}:{seqno}"}]}]}
             started = time.monotonic()
@@ -97,7 +97,8 @@ class Clients:
     def __init__(self, url: str, topic: str) -> None:
         self.sources = [Source(f"host-{n}:/var/log/app.log") for n in range(SOURCES)]
         self.stop = threading.Event()
-        self.threads = [threading.Thread(target=run_source, args=(url, topic, s, self.stop), daemon=True)
+        self.abandon = threading.Event()  # the test failed: stop at once, acknowledged or not
+        self.threads = [threading.Thread(target=run_source, args=(url, topic, s, self.stop, self.abandon), daemon=True)
                         for s in self.sources]
 
     def __enter__(self) -> Clients:
@@ -105,10 +106,14 @@ class Clients:
             thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self.stop.set()
+        if exc_type is not None:
+            self.abandon.set()
+        deadline = time.monotonic() + 30
         for thread in self.threads:
-            thread.join(60)
+            thread.join(max(0.0, deadline - time.monotonic()))
+        assert not any(thread.is_alive() for thread in self.threads), "a client never got its last chunk acknowledged"
 
     def wait_acked(self, count: int, timeout: float = 20.0) -> None:
         wait_until(lambda: all(len(s.acked()) >= count for s in self.sources), timeout,
@@ -153,7 +158,7 @@ def outage(broker: BrokerProcess, clients: Clients, gateway: GatewayProcess, sig
     timeout, start it again; returns when it serves and the answers given while it was down."""
     went = time.monotonic()
     broker.stop(sig)
-    time.sleep(4.0)
+    time.sleep(2.5)  # and the broker's start-up: down for longer than the session timeout
     assert gateway.process is not None and gateway.process.poll() is None, gateway.log_tail()
     broker.start()
     back = time.monotonic()
@@ -174,7 +179,7 @@ def test_writes_resume_after_a_broker_restart_and_a_kill9_with_every_acknowledge
     topic = create_topic(broker.bootstrap, unique_topic("gwrecover"), 1)
     with GatewayProcess(tmp_path / "gw", broker.bootstrap, GATEWAY_SETTINGS) as gateway, \
             Clients(gateway.url, topic) as clients:
-        clients.wait_acked(5)
+        clients.wait_acked(3)
         for sig in (signal.SIGTERM, signal.SIGKILL):
             back, during = outage(broker, clients, gateway, sig)
             check_outage_answers(during, gateway)
@@ -186,7 +191,7 @@ def test_writes_resume_after_a_broker_restart_and_a_kill9_with_every_acknowledge
             resumed = max(s.first_success_after(back) or 0.0 for s in clients.sources) - back
             print(f"signal {sig}: every source written again {resumed:.1f} s after the broker served")
             counts = [len(s.acked()) for s in clients.sources]
-            clients.wait_acked(max(counts) + 3)
+            clients.wait_acked(max(counts) + 2)
         slowest = max(a.took for a in clients.answers())
         assert slowest < ANSWER_BOUND_S, f"an answer took {slowest:.1f} s"
         assert gateway.process is not None and gateway.process.poll() is None, gateway.log_tail()
@@ -204,7 +209,7 @@ def test_a_fenced_ownership_consumer_is_replaced_and_the_shards_come_back(broker
         # fenced (FENCED_INSTANCE_ID, fatal in librdkafka), as after some broker restarts.
         impostor = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": gateway.settings["gateway.group.id"],
                              "group.instance.id": gateway.settings["gateway.instance.id"], "client.id": gateway.url,
-                             "partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 3000,
+                             "partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 2000,
                              "enable.auto.commit": False})
         impostor.subscribe([gateway.settings["gateway.state.topic"]])
         try:

@@ -124,7 +124,7 @@ class Membership:
             if is_fatal(error):
                 fatal.append(error.str())
             else:
-                log.info("membership: %s", error.str())
+                log.debug("membership: %s", error.str())
 
         def assigned(c: Consumer, partitions: list[TopicPartition]) -> None:
             c.incremental_assign(partitions)

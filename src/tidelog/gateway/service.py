@@ -139,8 +139,9 @@ class Gateway:
     def readiness(self) -> tuple[bool, str]:
         if not self.membership.joined.is_set():
             return False, f"not in group {self.config.group_id} yet {self.membership.error}".strip()
-        loading = sorted(n for n, w in list(self.shards.items()) if not w.ready.is_set())
-        down = [w.down for n, w in sorted(self.shards.items()) if w.down]
+        writers = sorted(self.shards.copy().items())
+        loading = [n for n, w in writers if not w.ready.is_set()]
+        down = [w.down for _, w in writers if w.down]
         return (not loading, f"shards not serving: {loading} {' '.join(down)}".strip() if loading else "")
 
     def _no_owner_reason(self) -> str:
@@ -200,10 +201,12 @@ class Gateway:
         job = WriteJob(topic, request, count, self._enrichment(request.meta, client_address, received_ms))
         job.future.add_done_callback(lambda _: loop.call_soon_threadsafe(self.budget.release, size))
         writer.submit(job)
+        answer = asyncio.wrap_future(job.future)
         try:
-            result = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job.future)),
-                                            self.config.request_timeout_ms / 1000)
+            result = await asyncio.wait_for(asyncio.shield(answer), self.config.request_timeout_ms / 1000)
         except TimeoutError:
+            # The job ends later (its writer's calls are bounded): its outcome is no one's to read.
+            answer.add_done_callback(lambda f: f.cancelled() or f.exception())
             self._rejected.inc(("timeout",))
             raise WriteFailed("no answer from the cluster within gateway.request.timeout.ms; the chunks may or "
                               "may not be written: retry with the same seqnos") from None

@@ -224,7 +224,7 @@ class ShardWriter:
             self._fail_queued()
 
     def _go_down(self, reason: str) -> None:
-        if reason != self.down:
+        if reason != self.down and not self._closing.is_set():
             log.warning("%s", reason)
         self.down = reason
         self.ready.clear()
@@ -254,7 +254,7 @@ class ShardWriter:
         if error.code() == KafkaError._ALL_BROKERS_DOWN or error.fatal():
             self._unreachable = error.str()
         else:
-            log.info("shard %d: %s", self.shard, error.str())
+            log.debug("shard %d: %s", self.shard, error.str())
 
     def _new_producer(self) -> Producer:
         return Producer(self.config.kafka_config(**{

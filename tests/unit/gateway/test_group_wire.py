@@ -69,14 +69,14 @@ class FakeWire(GroupWire):
 def test_a_failed_description_is_not_asked_again_within_the_backoff_and_names_why() -> None:
     async def scenario() -> None:
         owner = GroupMember("http://a:1", (("__state", 0), ("data", 5)))
-        wire = FakeWire([GroupWireError("broker 127.0.0.1:1: connection refused"), [owner]])
+        wire = FakeWire([GroupWireError("broker 127.0.0.1:1: connection refused"), [owner], [owner]])
         router = Router(wire, "g", "__state", failure_backoff_s=0.2)
         assert await router.owner(0) is None
         assert "connection refused" in router.error
         assert await router.owner(0) is None and wire.calls == 1  # within the back-off: answered at once
         await asyncio.sleep(0.25)
         assert await router.owner(0) == "http://a:1" and router.error == ""
-        assert await router.owner(5) is None  # another topic's partition is not a shard
+        assert await router.owner(5) is None and wire.calls == 3  # another topic's partition; a miss asks again
         assert await router.is_instance("http://a:1")
 
     asyncio.run(scenario())
