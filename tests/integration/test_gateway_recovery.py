@@ -20,10 +20,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from helpers.broker_process import BrokerProcess, register_failure_report, wait_until
-from helpers.clients import consumer, create_topic, unique_topic
+from helpers.clients import admin_client, consumer, create_topic, unique_topic
 from helpers.gateway_process import GATEWAY_TEST_BROKER, GatewayProcess, write_json
 
 RECOVERY_BOUND_S = 15.0
@@ -200,37 +201,63 @@ def test_writes_resume_after_a_broker_restart_and_a_kill9_with_every_acknowledge
     check_exactly_once(broker.bootstrap, topic, clients)
 
 
+def metric(url: str, name: str) -> float:
+    for line in httpx.get(f"{url}/metrics", timeout=5).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def sole_member(admin: AdminClient, group: str, state_topic: str) -> str:
+    """The member id of the group's only member when it holds every shard, else ""."""
+    try:
+        description = admin.describe_consumer_groups([group], request_timeout=5)[group].result(timeout=10)
+    except KafkaException:
+        return ""
+    members = description.members
+    if len(members) != 1 or members[0].assignment is None:
+        return ""
+    held = {tp.partition for tp in members[0].assignment.topic_partitions if tp.topic == state_topic}
+    return str(members[0].member_id) if held == set(range(4)) else ""
+
+
 def test_a_fenced_ownership_consumer_is_replaced_and_the_shards_come_back(broker: BrokerProcess, tmp_path: Path) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("gwfenced"), 1)
     with GatewayProcess(tmp_path / "gw", broker.bootstrap, GATEWAY_SETTINGS) as gateway:
+        group, state_topic = gateway.settings["gateway.group.id"], gateway.settings["gateway.state.topic"]
         source = "host-f:/var/log/app.log"
         assert write_json(gateway.url, topic, source, [(1, [f"{source}:1"])]).status_code == 200
         # Another member with the gateway's group.instance.id takes its seat: the gateway's consumer is
         # fenced (FENCED_INSTANCE_ID, fatal in librdkafka), as after some broker restarts.
-        impostor = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": gateway.settings["gateway.group.id"],
+        impostor = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
                              "group.instance.id": gateway.settings["gateway.instance.id"], "client.id": gateway.url,
                              "partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 2000,
                              "enable.auto.commit": False})
-        impostor.subscribe([gateway.settings["gateway.state.topic"]])
+        impostor.subscribe([state_topic])
         try:
             wait_until(lambda: (impostor.poll(0.1), impostor.assignment())[1], 15, message="the impostor holds shards")
-            fenced_at = time.monotonic()
-            # The gateway replaces its consumer; its new member takes the seat back (fencing the impostor).
-            answer = write_json(gateway.url, topic, source, [(2, [f"{source}:2"])])
-            statuses = [answer.status_code]
-            while answer.status_code != 200 and time.monotonic() - fenced_at < RECOVERY_BOUND_S:
-                assert answer.status_code == 503 and "retry-after" in answer.headers, answer.text
-                time.sleep(0.2)
-                answer = write_json(gateway.url, topic, source, [(2, [f"{source}:2"])])
-                statuses.append(answer.status_code)
-            assert answer.status_code == 200, (statuses[-3:], answer.text, gateway.log_tail())
-            print(f"written again {time.monotonic() - fenced_at:.1f} s after the fence ({len(statuses)} tries)")
+            impostor_id = impostor.memberid()
+            wait_until(lambda: metric(gateway.url, "gateway_group_consumer_replacements_total") >= 1, RECOVERY_BOUND_S,
+                       interval=0.1, message="the gateway's fenced consumer replaced")
         finally:
-            impostor.close()
+            impostor.close()  # a static member: it stays in the group until replaced or its session ends
+        fenced_at = time.monotonic()
+        statuses = []
+        while True:
+            answer = write_json(gateway.url, topic, source, [(2, [f"{source}:2"])])
+            statuses.append(answer.status_code)
+            if answer.status_code == 200 or time.monotonic() - fenced_at > RECOVERY_BOUND_S:
+                break
+            assert answer.status_code == 503 and "retry-after" in answer.headers, answer.text
+            time.sleep(0.2)
+        assert answer.status_code == 200, (statuses[-3:], answer.text, gateway.log_tail())
+        print(f"written again {time.monotonic() - fenced_at:.1f} s after the impostor left ({len(statuses)} tries)")
+        # The gateway's new consumer holds every shard (the impostor's seat is gone).
+        admin = admin_client(broker.bootstrap)  # the broker stays up: none of librdkafka's admin troubles here
+        member = wait_until(lambda: sole_member(admin, group, state_topic), RECOVERY_BOUND_S, interval=0.2,
+                            message="the gateway alone in its group with every shard")
+        assert member != impostor_id
         # The state was read again: an old seqno is a duplicate, the next one is written.
         again = write_json(gateway.url, topic, source, [(1, [f"{source}:1"]), (2, [f"{source}:2"]), (3, [f"{source}:3"])])
         assert [c["status"] for c in again.json()["chunks"]] == ["duplicate", "duplicate", "written"], again.text
-        metrics = httpx.get(f"{gateway.url}/metrics", timeout=5).text
-        replaced = [line for line in metrics.splitlines() if line.startswith("gateway_group_consumer_replacements_total")]
-        assert replaced and float(replaced[0].split()[-1]) >= 1, replaced
     assert seqnos_in_topic(broker.bootstrap, topic) == {source: [1, 2, 3]}
