@@ -251,7 +251,9 @@ class ShardWriter:
 
     def _on_error(self, error: KafkaError) -> None:
         """The producer's error callback, served on this thread by poll and flush."""
-        if error.code() == KafkaError._ALL_BROKERS_DOWN or error.fatal():
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            self._unreachable = "no broker answers"  # librdkafka's own text counts brokers confusingly
+        elif error.fatal():
             self._unreachable = error.str()
         else:
             log.debug("shard %d: %s", self.shard, error.str())
