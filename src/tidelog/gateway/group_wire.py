@@ -100,6 +100,9 @@ class GroupWire:
         except (BrokerUnreachable, ClientError, TimeoutError) as exc:
             connection.close()
             raise GroupWireError(f"broker {address[0]}:{address[1]}: {exc or type(exc).__name__}") from None
+        except BaseException:  # cancelled mid-request: the stream is out of step
+            connection.close()
+            raise
 
     async def _coordinator(self, group: str) -> tuple[str, int]:
         failures = []
