@@ -13,6 +13,7 @@ import signal
 from typing import Any
 
 from tidelog.cli.common import CliError, service_properties
+from tidelog.common.errors import ConfigError as KafkaSettingError
 from tidelog.gateway.app import run
 from tidelog.gateway.config import ConfigError, GatewayConfig, parse_config
 from tidelog.gateway.topics import StateTopicMismatch
@@ -58,7 +59,7 @@ def command(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(main())
-    except StateTopicMismatch as exc:
+    except (StateTopicMismatch, KafkaSettingError) as exc:
         raise CliError(str(exc), 2) from None
     except OSError as exc:
         logging.getLogger(__name__).error("gateway stopped: %s", exc)

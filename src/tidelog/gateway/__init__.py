@@ -10,7 +10,8 @@ A process of its own (``tidelog gateway``) that reaches the cluster only through
 - ``config``: ``gateway.*`` settings;
 - ``shard``: one shard's transactional producer and state, on its own thread;
 - ``membership``: shard ownership through a consumer group over the state topic;
-- ``router``: a shard's owner URL, from the group's description;
+- ``router``: a shard's owner URL, from the group's description; ``group_wire``: that description
+  over the gateway's own Kafka connections (DescribeGroups);
 - ``budget``: back-pressure, a bounded budget of bytes in flight;
 - ``topics``: partition counts, the state topic;
 - ``service``: the core on the event loop; ``api``: the routes; ``app``: assembly and run;

@@ -136,7 +136,8 @@ class GatewayApi:
     async def _forward(self, request: Request, body: bytes, exc: NotOwner) -> Response:
         own_url = self.gateway.config.url
         if exc.owner is None or exc.owner == own_url:
-            raise unavailable(f"shard {exc.shard} is moving between instances; retry shortly") from None
+            why = exc.why or "it is moving between instances"
+            raise unavailable(f"shard {exc.shard} is not served right now: {why}; retry shortly") from None
         if FORWARDED_BY in request.headers:
             raise ApiError(421, "NOT_OWNER", str(exc), owner=exc.owner)
         headers = {name: request.headers[name] for name in _FORWARDED_HEADERS if name in request.headers}

@@ -20,6 +20,11 @@ from tidelog.web.server import ListenerConfig
 _TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
+# A client retries a lost broker at most this far apart (librdkafka's default grows to 10 s): after a
+# cluster outage the gateway's clients see the brokers back within a second.
+CLIENT_DEFAULTS: dict[str, Any] = {"reconnect.backoff.max.ms": 1000}
+
+
 class ConfigError(ValueError):
     """A setting is unknown or its value is invalid; the message names the key."""
 
@@ -83,8 +88,9 @@ class GatewayConfig:
         return self.advertised_url or self.listener().url
 
     def kafka_config(self, **extra: Any) -> dict[str, Any]:
-        """Settings for a confluent-kafka client: bootstrap, the ``kafka.*`` passthrough, then ``extra``."""
-        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka, **extra}
+        """Settings for a confluent-kafka client: bootstrap, ``CLIENT_DEFAULTS``, the ``kafka.*``
+        passthrough (which may override them), then ``extra``."""
+        return {"bootstrap.servers": self.bootstrap_servers, **CLIENT_DEFAULTS, **self.kafka, **extra}
 
     def data_topic(self, topic: str) -> str:
         """The topic a write names, as written: ``<dc>.<topic>`` when ``gateway.dc`` is set."""

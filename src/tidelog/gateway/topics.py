@@ -2,7 +2,11 @@
 
 ``TopicCache.partition_count`` answers from a cache refreshed every ``ttl_s`` (a topic that grows is
 seen within that time; a source keeps its partition anyway, see ``seqno``). A topic the cluster
-does not know raises ``UnknownTopic`` and is asked again on the next request.
+does not know raises ``UnknownTopic`` and is asked again on the next request. A stale entry is
+answered at once while one refresh runs behind it (a failed refresh keeps the entry): when the
+cluster is unreachable, a write is not held up by a metadata request, it reaches its shard, which
+answers it (503 when the shard is down). Only a topic never seen waits for the cluster. Metadata
+requests run through ``run`` (the gateway's one admin thread).
 
 ``ensure_state_topic`` creates the compacted state topic with ``gateway.state.partitions``
 partitions, or checks an existing one (waiting until the metadata lists its partitions): a different
@@ -13,12 +17,16 @@ what to do.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidelog.gateway.config import GatewayConfig
+
+log = logging.getLogger(__name__)
 
 
 class UnknownTopic(Exception):
@@ -30,10 +38,14 @@ class StateTopicMismatch(RuntimeError):
 
 
 class TopicCache:
-    def __init__(self, admin: AdminClient, ttl_s: float = 10.0) -> None:
+    def __init__(self, admin: AdminClient, run: Callable[[Callable[[], int]], Awaitable[int]],
+                 ttl_s: float = 10.0) -> None:
         self.admin = admin
         self.ttl_s = ttl_s
+        self._run = run
         self._counts: dict[str, tuple[int, float]] = {}
+        self._refreshing: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def _fetch(self, topic: str) -> int:
         metadata = self.admin.list_topics(topic, timeout=5)
@@ -46,13 +58,31 @@ class TopicCache:
             raise UnknownTopic(topic)
         return len(found.partitions)
 
-    async def partition_count(self, topic: str) -> int:
-        cached = self._counts.get(topic)
-        if cached is not None and time.monotonic() - cached[1] < self.ttl_s:
-            return cached[0]
-        count = await asyncio.to_thread(self._fetch, topic)
+    async def _load(self, topic: str) -> int:
+        count = await self._run(lambda: self._fetch(topic))
         self._counts[topic] = (count, time.monotonic())
         return count
+
+    async def _refresh(self, topic: str) -> None:
+        try:
+            await self._load(topic)
+        except UnknownTopic:
+            self._counts.pop(topic, None)
+        except Exception as exc:  # the cluster unreachable: keep the entry
+            log.info("partition count of %s: %s", topic, exc)
+        finally:
+            self._refreshing.discard(topic)
+
+    async def partition_count(self, topic: str) -> int:
+        cached = self._counts.get(topic)
+        if cached is None:
+            return await self._load(topic)
+        if time.monotonic() - cached[1] >= self.ttl_s and topic not in self._refreshing:
+            self._refreshing.add(topic)
+            task = asyncio.get_running_loop().create_task(self._refresh(topic))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return cached[0]
 
 
 def ensure_state_topic(admin: AdminClient, config: GatewayConfig) -> None:

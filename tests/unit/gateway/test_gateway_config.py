@@ -15,8 +15,10 @@ def test_settings_are_parsed_and_kafka_properties_pass_through() -> None:
     assert config.data_topic("logs") == "dc1.logs"
     assert config.state_partitions == 16
     assert config.headers.source_host == "host"
-    assert config.kafka_config(**{"group.id": "g"}) == {"bootstrap.servers": "b:9092", "security.protocol": "SASL_SSL",
-                                                        "group.id": "g"}
+    assert config.kafka_config(**{"group.id": "g"}) == {"bootstrap.servers": "b:9092", "reconnect.backoff.max.ms": 1000,
+                                                        "security.protocol": "SASL_SSL", "group.id": "g"}
+    overridden = parse_config({"kafka.reconnect.backoff.max.ms": "5000"})
+    assert overridden.kafka_config()["reconnect.backoff.max.ms"] == "5000"
 
 
 def test_read_session_settings_have_kafka_style_names() -> None:
