@@ -380,12 +380,13 @@ class LogProducer:
         self._brokers_down = False
 
     def _fail(self, record: SpooledRecord, error: str) -> None:
-        self._failed += 1
+        # counted once reported, so failed_total never names a record on_error has not been given yet
         if self._on_error is not None:
             try:
                 self._on_error(FailedRecord(record, error))
             except Exception:
                 log.exception("on_error callback raised")
+        self._failed += 1
 
     # -- the sender thread ----------------------------------------------------------------------------
 
