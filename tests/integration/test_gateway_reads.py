@@ -281,7 +281,8 @@ def test_a_stopping_gateway_answers_its_long_polls_and_its_sessions_leave_the_gr
         waiter = threading.Thread(target=lambda: answered.append(
             httpx.get(f"{goes}/records", params={"waitMs": 60_000}, timeout=90).status_code))
         waiter.start()
-        time.sleep(0.5)
+        wait_until(lambda: "gateway_read_polls_waiting 1" in httpx.get(f"{leaving.url}/metrics").text,
+                   timeout=20, interval=0.1, message="the long poll reached the leaving gateway")
         stopped = time.monotonic()
         assert leaving.process is not None
         leaving.process.send_signal(signal.SIGTERM)

@@ -155,4 +155,7 @@ class Sessions:
         buffered = MetricFamily("gateway_read_buffered_bytes", "Bytes read from the cluster that no poll has taken "
                                 "yet, over all sessions", "gauge", ())
         buffered.add((), sum(s.buffered_bytes for s in list(self._sessions.values())))
-        return [sessions, buffered]
+        waiting = MetricFamily("gateway_read_polls_waiting", "Polls being answered or long-polling for records, "
+                               "over all sessions", "gauge", ())
+        waiting.add((), sum(1 for s in list(self._sessions.values()) if s.poll_lock.locked()))
+        return [sessions, buffered, waiting]
