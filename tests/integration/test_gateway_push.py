@@ -39,7 +39,7 @@ class FlakyEndpoint:
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 with endpoint.lock:
                     endpoint.requests += 1

@@ -115,7 +115,14 @@ class PushRunner:
         request = self.spec.session_request(own_group=self.config.group_id, state_topic=self.config.state_topic)
         session = ReadSession(f"{self.spec.id}.{uuid.uuid4().hex}", request, self.config,
                               self.config.read_session_max_bytes, self.spec.principal)
-        await asyncio.to_thread(session.start)
+        starting = asyncio.ensure_future(asyncio.to_thread(session.start))
+        try:
+            await asyncio.shield(starting)
+        except asyncio.CancelledError:  # stopped while joining: a member left behind would hold partitions
+            with contextlib.suppress(Exception):
+                await starting
+                await asyncio.to_thread(session.close)
+            raise
         self.session = session
         log.info("push subscription %s: delivering group %s, topics %s to %s", self.spec.id, self.spec.group,
                  list(request.topics), self.spec.endpoint)
