@@ -159,7 +159,8 @@ def delivery_body(spec: SubscriptionSpec, delivery_id: str, attempt: int, record
     partitions: dict[tuple[str, int], dict[str, Any]] = {}
     for record in records:
         entry = partitions.setdefault((record.topic, record.partition), {
-            "topic": record.topic, "partition": record.partition, "firstOffset": record.offset, "records": 0})
+            "topic": record.topic, "partition": record.partition, "firstOffset": record.offset,
+            "lastOffset": record.offset, "records": 0})
         entry["lastOffset"] = record.offset
         entry["records"] += 1
     body = {"subscription": spec.id, "group": spec.group, "deliveryId": delivery_id, "attempt": attempt,
