@@ -49,7 +49,7 @@ class Endpoint:
 @pytest.fixture
 def endpoint() -> Iterator[Endpoint]:
     served = Endpoint()
-    thread = threading.Thread(target=served.server.serve_forever, daemon=True)
+    thread = threading.Thread(target=served.server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield served
     served.server.shutdown()
