@@ -4,6 +4,8 @@ reaches the endpoint at least once, in order per partition, never past a gap; th
 offsets never pass a record the endpoint has not taken; after a kill -9 the restarted gateway (which
 reads the subscription back from the cluster) resumes exactly at the committed offsets; the failures
 show in the metrics; a deleted subscription stops; bad subscriptions are refused and stored nowhere.
+Two instances of one deployment both run a subscription made through either (each a member of its
+group, holding part of its partitions), and a deletion through one stops it on the other.
 """
 
 from __future__ import annotations
@@ -194,3 +196,44 @@ def test_a_flaky_endpoint_gets_every_record_in_order_and_a_restart_resumes_from_
     finally:
         gateway.close()
 
+
+
+def test_every_instance_runs_a_subscription_made_through_any_of_them_sharing_its_partitions(
+        push_broker: BrokerProcess, endpoint: FlakyEndpoint, tmp_path: Any) -> None:
+    bootstrap = push_broker.bootstrap
+    topic = create_topic(bootstrap, unique_topic("push"), PARTITIONS)
+    deployment = f"gw-{uuid.uuid4().hex[:8]}"
+    gateways = [GatewayProcess(tmp_path / name, bootstrap, {"gateway.session.timeout.ms": 1500}, group=deployment)
+                .start(wait_ready=False) for name in ("a", "b")]
+    try:
+        for gateway in gateways:
+            gateway.wait_ready(60)
+        first, second = gateways
+        answer = httpx.post(f"{first.url}/v1/subscriptions", timeout=30, json={
+            "group": f"hook-{uuid.uuid4().hex[:8]}", "topics": [topic], "endpoint": endpoint.url,
+            "autoOffsetReset": "earliest", "timeoutMs": TIMEOUT_MS, "retryBackoffMs": 20, "retryBackoffMaxMs": 200})
+        assert answer.status_code == 201, answer.text
+        sub = answer.json()["subscriptionId"]
+
+        def held_by_each() -> list[set[int]] | None:
+            held = []
+            for gateway in gateways:
+                found = httpx.get(f"{gateway.url}/v1/subscriptions/{sub}", timeout=10)
+                if found.status_code != 200:
+                    return None
+                held.append({tp["partition"] for tp in found.json()["status"].get("assignment", [])})
+            together = sorted(p for h in held for p in h)
+            return held if all(held) and together == list(range(PARTITIONS)) else None
+        wait_until(held_by_each, timeout=30, interval=0.2, message="both instances share the partitions")
+        produce(bootstrap, topic, 0, 50)
+        wait_until(lambda: all(end == 50 for end in endpoint.delivered_through().values()), timeout=30,
+                   interval=0.1, message="every record delivered")
+
+        assert httpx.delete(f"{second.url}/v1/subscriptions/{sub}", timeout=30).status_code == 204
+        wait_until(lambda: httpx.get(f"{first.url}/v1/subscriptions/{sub}", timeout=10).status_code == 404,
+                   timeout=10, interval=0.1, message="the deletion reaches the other instance")
+        wait_until(lambda: "gateway_push_subscriptions 0" in httpx.get(f"{first.url}/metrics", timeout=10).text,
+                   timeout=10, interval=0.1, message="the other instance stops the subscription")
+    finally:
+        for gateway in gateways:
+            gateway.close()
