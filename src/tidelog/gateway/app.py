@@ -1,11 +1,13 @@
 """Assemble and run one gateway instance: the core (``service``), its routes (``api``), the shared
-web stack (``tidelog.web``), and the pull-read sessions (``sessions``, ``read_api``), until a stop
-event is set.
+web stack (``tidelog.web``), the pull-read sessions (``sessions``, ``read_api``) and the push
+subscriptions (``push_store``, ``push``, ``push_api``), until a stop event is set.
 
 Start-up order: the state topic is created or checked (a mismatch stops the process with a message),
-the instance joins the ownership group, then the HTTP listener opens; ``/readyz`` answers 200 once
+the instance joins the ownership group, the push subscriptions are read from their topic and start,
+then the HTTP listener opens; ``/readyz`` answers 200 once
 the instance is in the group and every shard it was given has been fenced and loaded. Shutdown: the
-listener stops taking requests and drains, the read sessions leave their groups, the instance leaves
+listener stops taking requests and drains, the push subscriptions stop (a batch in flight stays
+uncommitted) and the read sessions leave their groups, the instance leaves
 the ownership group (its writers finish their transaction in progress), and the process exits.
 """
 
@@ -19,6 +21,9 @@ import httpx
 
 from tidelog.gateway.api import GatewayApi
 from tidelog.gateway.config import GatewayConfig
+from tidelog.gateway.push import PushManager
+from tidelog.gateway.push_api import PushApi
+from tidelog.gateway.push_store import SubscriptionStore
 from tidelog.gateway.read_api import ReadApi
 from tidelog.gateway.service import Gateway
 from tidelog.gateway.sessions import Sessions
@@ -47,11 +52,16 @@ async def run(config: GatewayConfig, stop: asyncio.Event) -> None:
     tokens = load_tokens(config.auth_tokens_file) if config.auth_tokens_file is not None else None
     gateway = Gateway(config, registry)
     sessions = Sessions(config, registry)
+    store = SubscriptionStore(config, gateway.admin)
+    pushes = PushManager(config, registry, store)
     async with peer_client(config) as http:
-        routes = GatewayApi(gateway, http).routes() + ReadApi(gateway, sessions, http).routes()
+        routes = (GatewayApi(gateway, http).routes() + ReadApi(gateway, sessions, http).routes()
+                  + PushApi(gateway, pushes).routes())
         app = create_app(routes, registry=registry, readiness=[("shards", gateway.readiness)], tokens=tokens)
         await gateway.start()
         sessions.start()
+        await store.start()
+        pushes.start()
         log.info("gateway %s: group %s, state topic %s (%d shards), cluster %s", config.url, config.group_id,
                  config.state_topic, config.state_partitions, config.bootstrap_servers)
         async def interrupt_polls() -> None:
@@ -63,5 +73,7 @@ async def run(config: GatewayConfig, stop: asyncio.Event) -> None:
             await serve(app, config.listener(), stop)
         finally:
             interrupter.cancel()
+            await pushes.stop()
+            await asyncio.to_thread(store.stop)
             await sessions.stop()
             await gateway.stop()

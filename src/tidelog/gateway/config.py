@@ -73,11 +73,18 @@ class GatewayConfig:
     read_session_timeout_ms: int = 30_000
     staged_dir: Path = Path("gateway-spool")
     staged_expiry_ms: int = 600_000
+    push_topic: str = ""
+    push_subscriptions_max: int = 100
     headers: Headers = field(default_factory=Headers)
 
     @property
     def txn_prefix(self) -> str:
         return self.transactional_id_prefix or self.group_id
+
+    @property
+    def subscriptions_topic(self) -> str:
+        """The compacted topic that keeps the push subscriptions (``push_store``)."""
+        return self.push_topic or f"{self.state_topic}-subscriptions"
 
     def listener(self) -> ListenerConfig:
         return ListenerConfig(self.listen_host, self.listen_port, self.ssl_certfile, self.ssl_keyfile,
@@ -164,6 +171,8 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "gateway.read.session.timeout.ms": ("read_session_timeout_ms", _bounded(500, 3_600_000)),
     "gateway.staged.dir": ("staged_dir", Path),
     "gateway.staged.expiry.ms": ("staged_expiry_ms", _positive("ms")),
+    "gateway.push.topic": ("push_topic", lambda t: _name(t) if t else ""),
+    "gateway.push.subscriptions.max": ("push_subscriptions_max", _positive("subscriptions")),
 }
 _HEADER_KEYS = {f"gateway.header.{f.name.replace('_', '.')}": f.name for f in fields(Headers)}
 KNOWN_KEYS = frozenset([*_KEYS, *_HEADER_KEYS, "bootstrap.servers"])

@@ -1,0 +1,128 @@
+"""A push subscription's delivery of one batch, against a real local HTTP endpoint and a stand-in for the
+read session (the seam: what the member holds, and the commits it is asked for): a failing batch is
+sent again, the same, until a 2xx; only then are its offsets committed, and only for partitions the
+member still holds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+
+from tidelog.gateway.config import GatewayConfig
+from tidelog.gateway.push import PushMetrics, PushRunner
+from tidelog.gateway.push_model import parse_subscription
+from tidelog.gateway.read_model import Delivered, Offset
+from tidelog.observability.registry import Counter, Registry
+
+
+class Endpoint:
+    """Answers each POST with the next status of ``statuses`` (then 204), after calling ``on_post``."""
+
+    def __init__(self) -> None:
+        self.statuses: list[int] = []
+        self.bodies: list[dict[str, Any]] = []
+        self.on_post: Callable[[int], None] = lambda n: None
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                endpoint.bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+                endpoint.on_post(len(endpoint.bodies))
+                self.send_response(endpoint.statuses.pop(0) if endpoint.statuses else 204)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+
+@pytest.fixture
+def endpoint() -> Iterator[Endpoint]:
+    served = Endpoint()
+    thread = threading.Thread(target=served.server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield served
+    served.server.shutdown()
+    served.server.server_close()
+
+
+class Member:
+    """What a ReadSession tells the runner: delivered positions (one per held partition) and commits."""
+
+    def __init__(self, positions: dict[tuple[str, int], int]) -> None:
+        self.held = dict(positions)
+        self.commits: list[list[Offset]] = []
+
+    def positions(self) -> list[Offset]:
+        return [Offset(t, p, o) for (t, p), o in sorted(self.held.items())]
+
+    async def commit(self, offsets: list[Offset]) -> list[Offset]:
+        self.commits.append(offsets)
+        return offsets
+
+
+def records(partition: int, offsets: range) -> list[Delivered]:
+    return [Delivered("t", partition, o, 0, None, f"p{partition}-{o}".encode(), ()) for o in offsets]
+
+
+def deliver(endpoint: Endpoint, member: Member, batch: list[Delivered]) -> tuple[PushRunner, Registry]:
+    spec = parse_subscription(json.dumps({"group": "g", "topics": ["t"], "endpoint": endpoint.url,
+                                          "retryBackoffMs": 1, "retryBackoffMaxMs": 4}).encode(),
+                              principal="User:a", now_ms=0, own_group="gw", state_topic="state")
+    registry = Registry()
+
+    async def run() -> PushRunner:
+        async with httpx.AsyncClient() as http:
+            runner = PushRunner(spec, GatewayConfig(), http, PushMetrics.register(registry))
+            await runner._deliver(member, batch)  # type: ignore[arg-type]
+            return runner
+    return asyncio.run(run()), registry
+
+
+def test_a_failing_batch_is_sent_again_unchanged_until_a_2xx_and_only_then_committed(endpoint: Endpoint) -> None:
+    endpoint.statuses = [500, 404, 503]
+    member = Member({("t", 0): 3, ("t", 1): 2})
+    runner, registry = deliver(endpoint, member, records(0, range(3)) + records(1, range(2)))
+    assert [b["attempt"] for b in endpoint.bodies] == [1, 2, 3, 4]
+    assert len({b["deliveryId"] for b in endpoint.bodies}) == 1
+    assert all(b["records"] == endpoint.bodies[0]["records"] for b in endpoint.bodies)
+    assert member.commits == [[Offset("t", 0, 3), Offset("t", 1, 2)]]
+    assert (runner.paused, runner.failures) == (False, 0)
+    failures = registry.get("gateway_push_delivery_failures_total")
+    assert isinstance(failures, Counter)
+    assert [failures.value((runner.spec.id, reason)) for reason in ("http_500", "http_404", "http_503")] == [1, 1, 1]
+
+
+def test_records_of_a_partition_taken_away_during_retries_are_neither_sent_again_nor_committed(
+        endpoint: Endpoint) -> None:
+    member = Member({("t", 0): 2, ("t", 1): 2})
+    endpoint.statuses = [500]
+    endpoint.on_post = lambda n: member.held.pop(("t", 1), None)  # a rebalance while the batch fails
+    deliver(endpoint, member, records(0, range(2)) + records(1, range(2)))
+    assert [{r["partition"] for r in b["records"]} for b in endpoint.bodies] == [{0, 1}, {0}]
+    assert member.commits == [[Offset("t", 0, 2)]]
+
+
+def test_a_partition_that_left_and_came_back_is_not_committed_from_an_old_batch(endpoint: Endpoint) -> None:
+    member = Member({("t", 0): 2, ("t", 1): 2})
+    endpoint.on_post = lambda n: member.held.update({("t", 1): 1})  # revoked, assigned again, re-read
+    deliver(endpoint, member, records(0, range(2)) + records(1, range(2)))
+    assert member.commits == [[Offset("t", 0, 2)]]
+
+
+def test_a_batch_whose_partitions_all_moved_away_is_dropped_here_without_a_commit(endpoint: Endpoint) -> None:
+    member = Member({("t", 0): 2})
+    endpoint.statuses = [500]
+    endpoint.on_post = lambda n: member.held.clear()
+    runner, _ = deliver(endpoint, member, records(0, range(2)))
+    assert len(endpoint.bodies) == 1 and member.commits == [] and not runner.paused
