@@ -1,12 +1,13 @@
 """Assemble and run one gateway instance: the core (``service``), its routes (``api``), the shared
-web stack (``tidelog.web``), and the pull-read sessions (``sessions``, ``read_api``), until a stop
-event is set.
+web stack (``tidelog.web``), the pull-read sessions (``sessions``, ``read_api``), and the legacy
+staged API (``staged``, ``staged_api``), until a stop event is set.
 
 Start-up order: the state topic is created or checked (a mismatch stops the process with a message),
-the instance joins the ownership group, then the HTTP listener opens; ``/readyz`` answers 200 once
-the instance is in the group and every shard it was given has been fenced and loaded. Shutdown: the
-listener stops taking requests and drains, the read sessions leave their groups, the instance leaves
-the ownership group (its writers finish their transaction in progress), and the process exits.
+the instance joins the ownership group, the staged spool is recovered, then the HTTP listener opens;
+``/readyz`` answers 200 once the instance is in the group and every shard it was given has been
+fenced and loaded. Shutdown: the listener stops taking requests and drains, the read sessions leave
+their groups, staged transactions waiting for /commit are aborted (their spools stay), the instance
+leaves the ownership group (its writers finish their transaction in progress), and the process exits.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from tidelog.gateway.config import GatewayConfig
 from tidelog.gateway.read_api import ReadApi
 from tidelog.gateway.service import Gateway
 from tidelog.gateway.sessions import Sessions
+from tidelog.gateway.staged import StagedTransactions
+from tidelog.gateway.staged_api import StagedApi
 from tidelog.observability.registry import Registry
 from tidelog.web.app import create_app
 from tidelog.web.auth import load_tokens
@@ -47,10 +50,13 @@ async def run(config: GatewayConfig, stop: asyncio.Event) -> None:
     tokens = load_tokens(config.auth_tokens_file) if config.auth_tokens_file is not None else None
     gateway = Gateway(config, registry)
     sessions = Sessions(config, registry)
+    staged = StagedTransactions(config, gateway.topics, registry)
     async with peer_client(config) as http:
-        routes = GatewayApi(gateway, http).routes() + ReadApi(gateway, sessions, http).routes()
+        routes = (GatewayApi(gateway, http).routes() + ReadApi(gateway, sessions, http).routes()
+                  + StagedApi(gateway, staged).routes())
         app = create_app(routes, registry=registry, readiness=[("shards", gateway.readiness)], tokens=tokens)
         await gateway.start()
+        await staged.start()
         sessions.start()
         log.info("gateway %s: group %s, state topic %s (%d shards), cluster %s", config.url, config.group_id,
                  config.state_topic, config.state_partitions, config.bootstrap_servers)
@@ -64,4 +70,5 @@ async def run(config: GatewayConfig, stop: asyncio.Event) -> None:
         finally:
             interrupter.cancel()
             await sessions.stop()
+            await staged.stop()
             await gateway.stop()
