@@ -264,9 +264,9 @@ class StagedTransactions:
                 raise
             facts = txn.facts
             if facts.state != REQUESTED or txn.producer is None:
-                why = facts.aborted_reason or "the transaction was never requested"
-                raise StagedError(409, "INVALID_TXN_STATE", f"transaction {txn_id} is not requested: {why}; call "
-                                  "commit_request, then commit", state=facts.state, redo="commit_request")
+                why = facts.aborted_reason or "call commit_request, then commit"
+                raise StagedError(409, "INVALID_TXN_STATE", f"transaction {txn_id} is not requested: {why}",
+                                  state=facts.state, redo="commit_request")
             await asyncio.to_thread(self.spool.append, txn_id, {"type": COMMITTING})
             facts.state = COMMITTING
             producer, txn.producer = txn.producer, None
