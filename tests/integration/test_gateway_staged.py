@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError, TopicPartition
 from helpers.broker_process import BrokerProcess, module_broker
 from helpers.clients import consumer, create_topic, unique_topic
 from helpers.gateway_process import GATEWAY_TEST_BROKER, GatewayProcess, write_json
+from tidelog.gateway.staged_spool import encode_frame
 
 staged_broker = module_broker("staged_broker", GATEWAY_TEST_BROKER)
 
@@ -161,6 +162,42 @@ def test_kill9_between_commit_request_and_commit_says_redo_commit_request_and_wr
     # Visible at all only if the fenced transaction was aborted (an open one holds the stable offset).
     assert visible_eventually(bootstrap, topic, [b"x", b"y"]) == [b"x", b"y"]
     assert values(bootstrap, topic, "read_uncommitted") == [b"x", b"y", b"x", b"y"]  # the aborted copy stays hidden
+
+
+def test_kill9_during_commit_is_settled_by_reading_back_whether_the_commit_landed(
+        gateway: GatewayProcess, staged_broker: BrokerProcess) -> None:
+    """A crash after the spool's ``committing`` frame: for ``landed`` the commit reached the cluster
+    (its outcome file was lost), for ``never_sent`` it did not. The restart must tell them apart."""
+    bootstrap = staged_broker.bootstrap
+    spool = gateway.workdir / "staged"
+    topics = {}
+    for txn in ("landed", "never-sent"):
+        topics[txn] = create_topic(bootstrap, unique_topic("staged"))
+        assert store(gateway, topics[txn], 1, [f"{txn}-1", f"{txn}-2"], txn).status_code == 200
+        assert step(gateway, "commit_request", txn).status_code == 200
+    landed_spool = (spool / "landed.spool").read_bytes()
+    committed = step(gateway, "commit", "landed")
+    assert committed.status_code == 200
+    gateway.kill9()
+    # As if killed between sending the commit and recording its outcome, or just before sending it.
+    (spool / "landed.done").unlink()
+    (spool / "landed.spool").write_bytes(landed_spool + encode_frame({"type": "committing"}))
+    with (spool / "never-sent.spool").open("ab") as handle:
+        handle.write(encode_frame({"type": "committing"}))
+    gateway.start()
+
+    again = step(gateway, "commit", "landed")
+    assert again.status_code == 200, again.text
+    assert (again.json()["firstOffset"], again.json()["lastOffset"]) == (committed.json()["firstOffset"],
+                                                                         committed.json()["lastOffset"])
+    assert visible_eventually(bootstrap, topics["landed"], [b"landed-1", b"landed-2"]) == [b"landed-1", b"landed-2"]
+    refused = step(gateway, "commit", "never-sent")
+    assert refused.status_code == 409 and refused.json()["error"]["redo"] == "commit_request", refused.text
+    assert values(bootstrap, topics["never-sent"]) == []
+    assert step(gateway, "commit_request", "never-sent").status_code == 200
+    assert step(gateway, "commit", "never-sent").status_code == 200
+    expected = [b"never-sent-1", b"never-sent-2"]
+    assert visible_eventually(bootstrap, topics["never-sent"], expected) == expected
 
 
 def test_abandoned_transactions_expire_with_nothing_visible_and_spool_removed(
