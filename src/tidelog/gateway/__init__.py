@@ -17,7 +17,9 @@ A process of its own (``tidelog gateway``) that reaches the cluster only through
 - ``service``: the core on the event loop; ``api``: the routes; ``app``: assembly and run;
 - pull reads: ``read_model`` (requests and record JSON, pure), ``read_consumer`` (the Kafka consumer's
   settings and librdkafka workarounds), ``reader`` (one session's consumer thread and bounded buffer),
-  ``sessions`` (limits, expiry, session ids; the design), ``read_api`` (the routes, forwarding).
+  ``sessions`` (limits, expiry, session ids; the design), ``read_api`` (the routes, forwarding);
+- the legacy staged API: ``staged_spool`` (the durable local spool's file format), ``staged`` (states,
+  one Kafka transaction per staged transaction, expiry, crash recovery; the design), ``staged_api``.
 
 Design and API: docs/gateway.md.
 """

@@ -1,14 +1,16 @@
 """Assemble and run one gateway instance: the core (``service``), its routes (``api``), the shared
-web stack (``tidelog.web``), the pull-read sessions (``sessions``, ``read_api``) and the push
-subscriptions (``push_store``, ``push``, ``push_api``), until a stop event is set.
+web stack (``tidelog.web``), the pull-read sessions (``sessions``, ``read_api``), the push
+subscriptions (``push_store``, ``push``, ``push_api``) and the legacy staged API (``staged``,
+``staged_api``), until a stop event is set.
 
 Start-up order: the state topic is created or checked (a mismatch stops the process with a message),
-the instance joins the ownership group, the push subscriptions are read from their topic and start,
-then the HTTP listener opens; ``/readyz`` answers 200 once
-the instance is in the group and every shard it was given has been fenced and loaded. Shutdown: the
-listener stops taking requests and drains, the push subscriptions stop (a batch in flight stays
-uncommitted) and the read sessions leave their groups, the instance leaves
-the ownership group (its writers finish their transaction in progress), and the process exits.
+the instance joins the ownership group, the staged spool is recovered, the push subscriptions are read
+from their topic and start, then the HTTP listener opens; ``/readyz`` answers 200 once the instance is
+in the group and every shard it was given has been fenced and loaded. Shutdown: the listener stops
+taking requests and drains, the push subscriptions stop (a batch in flight stays uncommitted), the read
+sessions leave their groups, staged transactions waiting for /commit are aborted (their spools stay),
+the instance leaves the ownership group (its writers finish their transaction in progress), and the
+process exits.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from tidelog.gateway.push_store import SubscriptionStore
 from tidelog.gateway.read_api import ReadApi
 from tidelog.gateway.service import Gateway
 from tidelog.gateway.sessions import Sessions
+from tidelog.gateway.staged import StagedTransactions
+from tidelog.gateway.staged_api import StagedApi
 from tidelog.observability.registry import Registry
 from tidelog.web.app import create_app
 from tidelog.web.auth import load_tokens
@@ -54,11 +58,13 @@ async def run(config: GatewayConfig, stop: asyncio.Event) -> None:
     sessions = Sessions(config, registry)
     store = SubscriptionStore(config, gateway.admin)
     pushes = PushManager(config, registry, store)
+    staged = StagedTransactions(config, gateway.topics, registry)
     async with peer_client(config) as http:
         routes = (GatewayApi(gateway, http).routes() + ReadApi(gateway, sessions, http).routes()
-                  + PushApi(gateway, pushes).routes())
+                  + PushApi(gateway, pushes).routes() + StagedApi(gateway, staged).routes())
         app = create_app(routes, registry=registry, readiness=[("shards", gateway.readiness)], tokens=tokens)
         await gateway.start()
+        await staged.start()
         sessions.start()
         await store.start()
         pushes.start()
@@ -76,4 +82,5 @@ async def run(config: GatewayConfig, stop: asyncio.Event) -> None:
             await pushes.stop()
             await asyncio.to_thread(store.stop)
             await sessions.stop()
+            await staged.stop()
             await gateway.stop()

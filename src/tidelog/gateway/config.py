@@ -71,8 +71,10 @@ class GatewayConfig:
     read_sessions_max: int = 100
     read_session_max_bytes: int = 4 * 1024 * 1024
     read_session_timeout_ms: int = 30_000
-    staged_dir: Path = Path("gateway-spool")
-    staged_expiry_ms: int = 600_000
+    staged_dir: Path = Path("gateway-staged")
+    staged_timeout_ms: int = 600_000
+    staged_max_transactions: int = 1_000
+    staged_max_transaction_bytes: int = 64 * 1024 * 1024
     push_topic: str = ""
     push_subscriptions_max: int = 100
     headers: Headers = field(default_factory=Headers)
@@ -170,7 +172,9 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "gateway.read.session.max.bytes": ("read_session_max_bytes", _positive("bytes")),
     "gateway.read.session.timeout.ms": ("read_session_timeout_ms", _bounded(500, 3_600_000)),
     "gateway.staged.dir": ("staged_dir", Path),
-    "gateway.staged.expiry.ms": ("staged_expiry_ms", _positive("ms")),
+    "gateway.staged.timeout.ms": ("staged_timeout_ms", _bounded(1_000, 14 * 60_000)),
+    "gateway.staged.max.transactions": ("staged_max_transactions", _positive("transactions")),
+    "gateway.staged.max.transaction.bytes": ("staged_max_transaction_bytes", _positive("bytes")),
     "gateway.push.topic": ("push_topic", lambda t: _name(t) if t else ""),
     "gateway.push.subscriptions.max": ("push_subscriptions_max", _positive("subscriptions")),
 }

@@ -166,3 +166,17 @@ def parse_raw(topic: str, query: Mapping[str, str], body: bytes) -> WriteRequest
     meta = Meta(query.get("host", ""), query.get("file", ""), query.get("logType", ""))
     chunk = Chunk(seqno, tuple(Record(line) for line in lines))
     return WriteRequest(check_topic(topic), check_source_id(query.get("sourceId")), (chunk,), meta, len(body))
+
+
+def parse_records_json(body: bytes) -> tuple[tuple[Record, ...], Meta]:
+    """The staged API's JSON chunk: ``{"records": [R, ...], "meta": {...}}`` (``meta`` optional)."""
+    try:
+        obj: Any = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"the body is not JSON: {exc}") from None
+    if not isinstance(obj, dict) or set(obj) - {"records", "meta"}:
+        raise InvalidRequest("the body must be a JSON object with 'records' (and optional 'meta')")
+    records = obj.get("records")
+    if not isinstance(records, list) or not 0 < len(records) <= MAX_RECORDS:
+        raise InvalidRequest(f"'records' must be a list of 1 to {MAX_RECORDS} records")
+    return tuple(_record(r, f"records[{i}]") for i, r in enumerate(records)), _meta(obj.get("meta"))

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
-from tidelog.gateway.model import InvalidRequest, Record, check_topic, parse_json, parse_raw
+from tidelog.gateway.model import (
+    InvalidRequest,
+    Meta,
+    Record,
+    check_topic,
+    parse_json,
+    parse_raw,
+    parse_records_json,
+)
 
 
 def _json(**body: object) -> bytes:
@@ -66,3 +75,20 @@ def test_raw_request_breaking_a_rule_is_refused_with_the_reason(query: dict[str,
 def test_invalid_or_internal_topics_are_refused(topic: str) -> None:
     with pytest.raises(InvalidRequest):
         check_topic(topic)
+
+
+def test_staged_json_chunk_gives_records_and_meta() -> None:
+    records, meta = parse_records_json(_json(records=[{"value": "x", "key": "k"}, {"value": None}], meta={"host": "h"}))
+    assert records == (Record(b"x", b"k"), Record(None))
+    assert meta == Meta(host="h")
+
+
+@pytest.mark.parametrize(("body", "fragment"), [
+    (b"[", "not JSON"),
+    (_json(records=[]), "1 to"),
+    (_json(records=[{"value": 1}]), "records[0].value"),
+    (_json(records=[{"value": "x"}], sourceId="s"), "'records'"),
+])
+def test_staged_json_chunk_breaking_a_rule_is_refused(body: bytes, fragment: str) -> None:
+    with pytest.raises(InvalidRequest, match=re.escape(fragment)):
+        parse_records_json(body)
