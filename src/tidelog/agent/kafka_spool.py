@@ -297,6 +297,7 @@ class SpoolingAgent(Agent):
 
     def step(self, now: float) -> int:
         assert self.spool is not None
+        self.local.tick(now)
         if self._outage:
             if now >= self._probe_at:
                 self._probe()

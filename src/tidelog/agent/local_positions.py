@@ -7,11 +7,11 @@ the committed transactions (kafka_spool.py), not by this file.
 
 What it holds, per source: a position record (positions.py) that is **committed or spooled**, never
 ahead: the state written in a transaction that committed, or handed to the spool in a fsynced batch
-(both taken from ``Agent._written``), or the resumed state at start. It is rewritten lazily (every
-``SAVE_INTERVAL_S`` of hand-offs, at once when a source's set of generations changed, and at a clean
-stop), so its *progress* lags behind what is committed or spooled; that is harmless: what is read
-again after a restart from it goes through the spool, and the replay leaves out every line at or
-below the committed positions (kafka_spool.py, rule 1).
+(both taken from ``Agent._written``), or the resumed state at start. It is rewritten lazily (states
+taken wait at most ``SAVE_INTERVAL_S``, also when the agent goes idle; at once when a source's set of
+generations changed; and at a clean stop), so its *progress* lags behind what is committed or
+spooled. That is harmless: what is read again after a restart from it goes through the spool, and
+the replay leaves out every line at or below the committed positions (kafka_spool.py, rule 1).
 
 What may not lag is the *numbering* of generations (``next_generation``): a file whose lines are in
 the topic or the spool as generation 3 must be generation 3 again after a restart, or its lines would
@@ -124,6 +124,11 @@ class LocalPositions:
             except OSError as exc:
                 log.warning("%s: cannot rewrite (%s); a restart without the cluster reads more again", self.path,
                             exc)
+
+    def tick(self, now: float) -> None:
+        """Rewrite the file if it has waited ``SAVE_INTERVAL_S`` for states taken (an idle agent's too)."""
+        if self._unsaved and now - self._saved_at >= SAVE_INTERVAL_S:
+            self.after_handoff((), now)
 
     def save(self, now: float) -> None:
         if self._unsaved:

@@ -80,7 +80,9 @@ def test_handed_states_are_saved_lazily_at_once_on_a_rotation_and_never_put_the_
     local.after_handoff([(source, _state_of(source, log))], 0.2)  # same shape, within the interval
     assert _numbering(state) == [(1, [(0, 2)])]
     local.after_handoff([(source, old_state)], 0.3)  # a stale state (a failed commit's): ignored
-    local.after_handoff([], 0.2 + SAVE_INTERVAL_S)
+    local.tick(0.1 + SAVE_INTERVAL_S / 2)
+    assert _numbering(state) == [(1, [(0, 2)])]
+    local.tick(0.1 + SAVE_INTERVAL_S)  # idle: the state taken is written once it has waited long enough
     assert _numbering(state) == [(1, [(0, 4)])]
     log.rename(tmp_path / "app.log.1")
     log.write_bytes(b"c\n")
