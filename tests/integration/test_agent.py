@@ -151,10 +151,11 @@ def test_an_agent_restarted_during_an_outage_reads_on_from_its_local_positions_a
 ) -> None:
     """Straight to Kafka with agent.state.dir: the broker stopped and the agent killed -9 at once (before
     its commit wait ends, so little or nothing is spooled: its local positions file is what it has),
-    restarted while the broker is still down: it reads on into the spool from the local positions. The
-    file is rotated and the rotated file deleted while it runs without a cluster. When the broker
-    returns, the committed positions leave out what the agent read again: every line exactly once, in
-    order, and no generation reported lost."""
+    restarted while the broker is still down: it reads on into the spool from the local positions, put
+    back to a copy taken 500 committed lines earlier (the file may lag, never lead). The file is rotated
+    and the rotated file deleted while it runs without a cluster. When the broker returns, the committed
+    positions leave out what the agent read again: every line exactly once, in order, and no generation
+    reported lost."""
     logs = tmp_path / "logs"
     logs.mkdir()
     app = logs / "app.log"
@@ -170,9 +171,14 @@ def test_an_agent_restarted_during_an_outage_reads_on_from_its_local_positions_a
             agent.start()
             writer.write(1000, pace=0.002)
             wait_until(lambda: reader.count() >= 1000, timeout=60, interval=0.1, message="shipping")
+            local = tmp_path / "state" / "positions.json"
+            lagging = local.read_bytes()  # a copy behind what is committed next (allowed: never ahead)
+            writer.write(500)
+            wait_until(lambda: reader.count() >= 1500, timeout=60, interval=0.1, message="shipping more")
             writer.write(500)  # read at once; the broker's stop may catch them in a transaction
             broker.stop()
             agent.kill9()
+            local.write_bytes(lagging)  # the restart reads lines again that the topic already holds
             writer.write(500)
             agent.start()
             _wait_in_log(agent, "from the local positions", "the restarted agent reads on without the cluster")
