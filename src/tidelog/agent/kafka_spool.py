@@ -53,7 +53,8 @@ state, in outage mode (lines to the spool). The file is at or behind what is com
 with the generation numbering never behind (it is rewritten before a hand-off carries a generation it
 does not know), so reading from it loses nothing and numbers every file as before; what it re-reads
 that the topic already holds is spooled and left out by rule 1 once the baseline is read (rules 4
-and 5 as after any outage: the first probe that reaches the cluster also checks the topics). Without
+and 5 as after any outage: the first probe that reaches the cluster also checks the topics; a
+missing one is reported and the lines stay spooled until it exists). Without
 that file (first start, or an agent of an older version) a restart waits for the cluster, since the
 positions of sources not in the spool are only in the topic then. An empty positions topic found at
 start (deleted by hand) replays the whole spool.
@@ -175,6 +176,7 @@ class SpoolingAgent(Agent):
         self._replay_logged_at = -REPLAY_LOG_INTERVAL_S
         self.local = LocalPositions(self.state_dir, config.agent_id)
         self._topics_checked = False
+        self._topics_problem = ""  # the last reason the topics could not be checked, said once
 
     # ---- start: the spool at once, the cluster in run() (a stop signal may come while waiting) -----
 
@@ -451,7 +453,13 @@ class SpoolingAgent(Agent):
         except KafkaException:
             return
         if not self._topics_checked:  # started without the cluster
-            self._check_topics()
+            try:
+                self._check_topics()
+            except AgentError as exc:  # the files are read on into the spool meanwhile
+                if str(exc) != self._topics_problem:
+                    log.warning("%s; the spool keeps the lines until then", exc)
+                    self._topics_problem = str(exc)
+                return
             self._topics_checked = True
         if not self._settle_transaction():
             return
