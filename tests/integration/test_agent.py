@@ -1,6 +1,7 @@
 """tidelog agent against a tidelog broker: an outage with a rotated and deleted file (without a spool,
-and with the outage spool through two kill -9s), multi-line records and the line size limit end to
-end, and clear errors for a bad configuration."""
+with the outage spool through two kill -9s, and with a restart during the outage from the local
+positions file), multi-line records and the line size limit end to end, and clear errors for a bad
+configuration."""
 
 from __future__ import annotations
 
@@ -122,8 +123,8 @@ def test_the_spool_keeps_a_file_deleted_during_an_outage_through_kills_while_spo
             agent.kill9()  # while spooling
             (logs / "app.log.1").unlink()  # its 1000 lines are now only in the spool
             writer.write(500)
-            agent.start()  # before the broker: it waits for it, keeping the spool
-            _wait_in_log(agent, "the files wait until it answers", "the restarted agent waits for the cluster")
+            agent.start()  # before the broker: it reads on into the spool behind what it spooled before
+            _wait_in_log(agent, "from the local positions", "the restarted agent reads on without the cluster")
             broker.start()
             _wait_in_log(agent, "spool: replaying", "the replay under way")  # after its first transaction
             agent.kill9()  # during the replay: some batches committed (perhaps not yet released), one open
@@ -140,6 +141,66 @@ def test_the_spool_keeps_a_file_deleted_during_an_outage_through_kills_while_spo
                 f"missing {sorted(set(range(writer.next)) - set(reader.values))[:10]}\n{log[-4000:]}")
             assert reader.positions == sorted(set(reader.positions)), "(generation, seqno) grows strictly"
             assert "is lost" not in log and "lines go straight to it again" in log
+        finally:
+            reader.consumer.close()
+            agent.close()
+
+
+def test_an_agent_restarted_during_an_outage_reads_on_from_its_local_positions_and_keeps_a_deleted_file(
+    tmp_path: Path,
+) -> None:
+    """Straight to Kafka with agent.state.dir: the broker stopped and the agent killed -9 at once (before
+    its commit wait ends, so little or nothing is spooled: its local positions file is what it has),
+    restarted while the broker is still down: it reads on into the spool from the local positions, put
+    back to a copy taken 500 committed lines earlier (the file may lag, never lead). The file is rotated
+    and the rotated file deleted while it runs without a cluster. When the broker returns, the committed
+    positions leave out what the agent read again: every line exactly once, in order, and no generation
+    reported lost."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    app = logs / "app.log"
+    with BrokerProcess(tmp_path / "broker") as broker:
+        topic = create_topic(broker.bootstrap, unique_topic("klocal"), 1)
+        config = write_config(tmp_path / "agent.toml", broker.bootstrap, logs, topic,
+                              extra_agent=f'state.dir = "{tmp_path / "state"}"',
+                              extra_kafka='"transaction.timeout.ms" = 3000')
+        agent = AgentRun(config, tmp_path / "agent.log")
+        reader = Reader(broker.bootstrap, topic, partitions=1)
+        writer = Writer(app)
+        try:
+            agent.start()
+            writer.write(1000, pace=0.002)
+            wait_until(lambda: reader.count() >= 1000, timeout=60, interval=0.1, message="shipping")
+            local = tmp_path / "state" / "positions.json"
+            lagging = local.read_bytes()  # a copy behind what is committed next (allowed: never ahead)
+            writer.write(500)
+            wait_until(lambda: reader.count() >= 1500, timeout=60, interval=0.1, message="shipping more")
+            writer.write(500)  # read at once; the broker's stop may catch them in a transaction
+            broker.stop()
+            agent.kill9()
+            local.write_bytes(lagging)  # the restart reads lines again that the topic already holds
+            writer.write(500)
+            agent.start()
+            _wait_in_log(agent, "from the local positions", "the restarted agent reads on without the cluster")
+            writer.write(500)
+            app.rename(logs / "app.log.1")
+            writer.write(500)
+            _wait_in_log(agent, "generation 1 is inode", "the new app.log seen")
+            time.sleep(1.5)  # app.log.1 read to its end (rotate.wait.ms) into the spool
+            (logs / "app.log.1").unlink()
+            writer.write(500)
+            broker.start()
+            wait_until(lambda: reader.count() >= writer.next, timeout=60, interval=0.2,
+                       message=f"all {writer.next} lines after the outage")
+            assert agent.stop() == 0
+            time.sleep(0.3)
+            reader.count()
+            log = agent.log.read_text()
+            assert reader.values == list(range(writer.next)), (
+                f"{len(reader.values)} for {writer.next}; duplicated {len(reader.values) - len(set(reader.values))}, "
+                f"missing {sorted(set(range(writer.next)) - set(reader.values))[:10]}\n{log[-4000:]}")
+            assert reader.positions == sorted(set(reader.positions)), "(generation, seqno) grows strictly"
+            assert "is lost" not in log and "the cluster answers again" in log, log[-3000:]
         finally:
             reader.consumer.close()
             agent.close()

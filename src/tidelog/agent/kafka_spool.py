@@ -40,16 +40,24 @@ its offset, or ``(next_generation, 0)`` when every generation is finished). Ther
    position in memory is below its baseline (the case of a commit that timed out, was rewound, and
    then settled as committed): until then lines go through the spool, where rule 1 filters them.
 
-At start the topic's positions (read_committed after ``init_transactions()``) are the baseline, and
-each source resumes from the newer of that and the newest state record in the spool. A kill during
-spooling can tear only the batch being written (cut at open, with its state records, so its lines are
-read again from the file); a kill during replay
+At start, with the cluster, the topic's positions (read_committed after ``init_transactions()``) are
+the baseline, and each source resumes from the newest of that, the newest state record in the spool
+and the local positions file. A kill during spooling can tear only the batch being written (cut at
+open, with its state records, so its lines are read again from the file); a kill during replay
 leaves an open transaction that the next ``init_transactions()`` aborts, and the spool, released only
 below committed transactions, is replayed again with what the baseline holds filtered out.
 
-A restart while the cluster is still out of reach waits for it before reading the files: the
-positions of sources not in the spool are only in the topic (what was spooled before the kill stays
-spooled). An empty positions topic found at start (deleted by hand) replays the whole spool.
+A restart while the cluster is out of reach does not wait for it: each source resumes from the newer
+of the local positions file (``<state.dir>/positions.json``, local_positions.py) and its newest spooled
+state, in outage mode (lines to the spool). The file is at or behind what is committed or spooled,
+with the generation numbering never behind (it is rewritten before a hand-off carries a generation it
+does not know), so reading from it loses nothing and numbers every file as before; what it re-reads
+that the topic already holds is spooled and left out by rule 1 once the baseline is read (rules 4
+and 5 as after any outage: the first probe that reaches the cluster also checks the topics; a
+missing one is reported and the lines stay spooled until it exists). Without
+that file (first start, or an agent of an older version) a restart waits for the cluster, since the
+positions of sources not in the spool are only in the topic then. An empty positions topic found at
+start (deleted by hand) replays the whole spool.
 """
 
 from __future__ import annotations
@@ -65,10 +73,11 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from tidelog.agent import positions
+from tidelog.agent import positions, state_file
 from tidelog.agent.config import AgentConfig
 from tidelog.agent.files import Generation, Source
 from tidelog.agent.lines import Line
+from tidelog.agent.local_positions import LocalPositions
 from tidelog.agent.outage_spool import Handoff, OutageSpool, Pending
 from tidelog.agent.positions import PositionsError, SavedSource
 from tidelog.agent.shipper import Agent, AgentError, record_headers
@@ -165,6 +174,9 @@ class SpoolingAgent(Agent):
         self._commit_wait = min(COMMIT_WAIT_S, int(config.kafka.get("transaction.timeout.ms", 60_000)) / 1000)
         self._window_bytes = 0
         self._replay_logged_at = -REPLAY_LOG_INTERVAL_S
+        self.local = LocalPositions(self.state_dir, config.agent_id)
+        self._topics_checked = False
+        self._topics_problem = ""  # the last reason the topics could not be checked, said once
 
     # ---- start: the spool at once, the cluster in run() (a stop signal may come while waiting) -----
 
@@ -192,7 +204,10 @@ class SpoolingAgent(Agent):
         super().run(stop)
 
     def _connect(self, stop: threading.Event) -> bool:
-        """Wait for the cluster, then do what Agent.start does, with the spool's states. False if stopped."""
+        """Reach the cluster and do what Agent.start does, with the spool's and the local file's states;
+        or, while it is out of reach and the local positions file exists, start without it (outage
+        mode, local_positions.py). False if stopped while waiting."""
+        local = self._read_local()
         # A probe only: its connection errors are said once below, not by librdkafka every backoff.
         settings: dict[str, Any] = {k: v for k, v in self.config.kafka.items()
                                     if k in positions.consumer_settings(self.config.kafka)}
@@ -203,27 +218,78 @@ class SpoolingAgent(Agent):
                 admin.list_topics(timeout=3)
                 break
             except KafkaException as exc:
-                if not waiting:
-                    log.warning("the cluster is out of reach (%s); the files wait until it answers%s",
-                                exc.args[0].str(), ", the spool is kept" if self._backlog else "")
-                    waiting = True
+                reason = exc.args[0].str()
+            if local is not None:
+                self._start_offline(local, reason)
+                return True
+            if not waiting:
+                log.warning("the cluster is out of reach (%s) and there is no local positions file (%s) yet; the "
+                            "files wait until it answers%s", reason, self.local.path,
+                            ", the spool is kept" if self._backlog else "")
+                waiting = True
             if stop.wait(1.0):
                 return False
         self._check_topics()
+        self._topics_checked = True
         self._producer = self._new_producer()
         committed = positions.load(self.config.kafka, self.config.positions_topic, self.config.agent_id)
-        assert self.spool is not None
-        resume = dict(committed)
-        for source_id, state in self.spool.states().items():
-            spooled = positions.from_json(json.loads(state))[1]
-            if source_id not in resume or newer(spooled, resume[source_id]):
-                resume[source_id] = spooled
         self._baseline = {source_id: progress(saved) for source_id, saved in committed.items()}
+        resume = self._resume(committed, local or {})
         if self._backlog:
             log.info("spool: %d records (lines and positions) from before the restart, written first",
-                     self.spool.spool.end_offset - self.spool.replayed)
+                     self.spool_records)
         self._restore(resume)
+        self._reset_local()
         return True
+
+    def _read_local(self) -> dict[str, SavedSource] | None:
+        """The local positions file's states; None when there is none or it is unreadable."""
+        if not self.local.exists():
+            return None
+        try:
+            return self.local.load()
+        except state_file.StateFileError as exc:
+            log.warning("%s; it is rewritten once the cluster answers", exc)
+            return None
+
+    def _resume(self, *known: Mapping[str, SavedSource]) -> dict[str, SavedSource]:
+        """Per source, the newest of the ``known`` positions and the spool's newest state record."""
+        assert self.spool is not None
+        spooled = {source_id: positions.from_json(json.loads(state))[1]
+                   for source_id, state in self.spool.states().items()}
+        resume: dict[str, SavedSource] = {}
+        for found in (*known, spooled):
+            for source_id, saved in found.items():
+                if source_id not in resume or newer(saved, resume[source_id]):
+                    resume[source_id] = saved
+        return resume
+
+    def _start_offline(self, local: dict[str, SavedSource], reason: str) -> None:
+        """The cluster is out of reach at start: resume from the local file and the spool, lines to the
+        spool; the first probe that reaches the cluster checks the topics, settles the previous
+        incarnation's transaction and reads the baseline (as after an outage)."""
+        log.warning("the cluster is out of reach (%s); the files are read on into the spool from the local "
+                    "positions (%s, %d sources)%s", reason, self.local.path, len(local),
+                    f" behind {self.spool_records} spooled records from before the restart" if self._backlog else "")
+        self._producer = self._make_producer()
+        self._settle = True
+        self._outage = True
+        self._baseline = None
+        self._probe_at = self.clock() + PROBE_INTERVAL_S
+        self._restore(self._resume(local))
+        self._reset_local()
+
+    def _reset_local(self) -> None:
+        try:
+            self.local.reset(self._written, self.clock())
+        except OSError as exc:
+            raise AgentError(f"cannot write {self.local.path}: {exc}") from None
+
+    @property
+    def spool_records(self) -> int:
+        """Records (lines and positions) in the spool not yet written to the topic."""
+        assert self.spool is not None
+        return self.spool.spool.end_offset - self.spool.replayed
 
     @property
     def _backlog(self) -> bool:
@@ -233,6 +299,7 @@ class SpoolingAgent(Agent):
 
     def step(self, now: float) -> int:
         assert self.spool is not None
+        self.local.tick(now)
         if self._outage:
             if now >= self._probe_at:
                 self._probe()
@@ -272,9 +339,36 @@ class SpoolingAgent(Agent):
     # ---- commit points -----------------------------------------------------------------------------
 
     def commit(self, stop: threading.Event) -> bool:
-        if self._spooling_window:
-            return self._to_spool()
-        return super().commit(stop)
+        """A hand-off (a transaction or a spool batch), the local file rewritten first when a generation
+        it does not know is in it (local_positions.py), and lazily after it."""
+        handing = list(self._dirty)
+        try:
+            self.local.before_handoff(handing, self.clock())
+        except OSError as exc:
+            self._abandon(f"cannot write {self.local.path} ({exc})")
+            return False
+        done = self._to_spool() if self._spooling_window else super().commit(stop)
+        if done:
+            self.local.after_handoff(((source, self._written[source.source_id]) for source in handing),
+                                     self.clock())
+        return done
+
+    def _abandon(self, reason: str) -> None:
+        """The open window must not be handed over: abort it, rewind its sources, the files wait a second."""
+        log.warning("%s; reading again from the files in a second", reason)
+        self.metrics.aborts_total += 1
+        if self._txn_started is not None and not self._spooling_window:
+            assert self._producer is not None
+            try:
+                self._producer.abort_transaction(self._commit_wait)
+            except KafkaException as exc:
+                self._begin_outage(exc.args[0])  # rewinds and clears the window too
+        for source in self._dirty:
+            source.rewind()
+        self._dirty.clear()
+        self._pending.clear()
+        self._txn_started = None
+        self._spool_retry_at = self.clock() + 1.0
 
     def _commit_transaction(self, stop: threading.Event) -> bool:
         """One attempt: not done in COMMIT_WAIT_S, the outage begins (the outcome is settled later)."""
@@ -358,6 +452,15 @@ class SpoolingAgent(Agent):
             producer.list_topics(self.config.positions_topic, timeout=1.0)
         except KafkaException:
             return
+        if not self._topics_checked:  # started without the cluster
+            try:
+                self._check_topics()
+            except AgentError as exc:  # the files are read on into the spool meanwhile
+                if str(exc) != self._topics_problem:
+                    log.warning("%s; the spool keeps the lines until then", exc)
+                    self._topics_problem = str(exc)
+                return
+            self._topics_checked = True
         if not self._settle_transaction():
             return
         try:
@@ -374,7 +477,7 @@ class SpoolingAgent(Agent):
         self._outage = False
         assert self.spool is not None
         log.warning("the cluster answers again; %d spooled records (lines and positions) are written first",
-                    self.spool.spool.end_offset - self.spool.replayed)
+                    self.spool_records)
 
     def _settle_transaction(self) -> bool:
         """One attempt at the new producer's init_transactions(); True when it can begin transactions."""
@@ -409,7 +512,7 @@ class SpoolingAgent(Agent):
         elif self._backlog and now >= self._replay_logged_at + REPLAY_LOG_INTERVAL_S:
             self._replay_logged_at = now
             log.info("spool: replaying, %d lines written again so far, %d records left",
-                     self.metrics.replayed_lines_total, self.spool.spool.end_offset - self.spool.replayed)
+                     self.metrics.replayed_lines_total, self.spool_records)
         return self.spool.replayed - before
 
     def _replay_once(self) -> None:
@@ -442,6 +545,8 @@ class SpoolingAgent(Agent):
 
     def close(self) -> None:
         super().close()
+        self.local.after_handoff(((self.sources[source_id], state) for source_id, state in self._written.items()
+                                  if source_id in self.sources), self.clock(), force=True)
         if self.spool is not None:
             self.spool.close()
             self.spool = None
