@@ -78,10 +78,9 @@ from tidelog.agent.config import AgentConfig
 from tidelog.agent.files import Generation, Source
 from tidelog.agent.lines import Line
 from tidelog.agent.local_positions import LocalPositions
-from tidelog.agent.outage_spool import Handoff, OutageSpool, Pending
+from tidelog.agent.outage_spool import Handoff, OutageSpool, Pending, open_spool
 from tidelog.agent.positions import PositionsError, SavedSource
 from tidelog.agent.shipper import Agent, AgentError, record_headers
-from tidelog.clients.errors import SpoolLockedError
 from tidelog.clients.transactional import send
 from tidelog.common.errors import KafkaError as TidelogKafkaError
 
@@ -181,14 +180,7 @@ class SpoolingAgent(Agent):
     # ---- start: the spool at once, the cluster in run() (a stop signal may come while waiting) -----
 
     def start(self) -> None:
-        try:
-            self.spool = OutageSpool(self.state_dir / "spool", self.config.spool_max_bytes)
-        except SpoolLockedError:
-            raise AgentError(f"{self.state_dir}/spool is in use by another agent: give each agent its own "
-                             f"agent.state.dir") from None
-        if self.spool.truncated_bytes:
-            log.warning("spool: a torn tail of %d bytes was cut (a crash while writing it); those lines are read "
-                        "again from their files", self.spool.truncated_bytes)
+        self.spool = open_spool(self.state_dir, self.config.spool_max_bytes)
         self.metrics.spool_bytes = self.spool.size_bytes
 
     def run(self, stop: threading.Event) -> None:

@@ -32,12 +32,15 @@ finds every position either in the file or in a state record of the spool still 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidelog.agent.lines import Line
+from tidelog.agent.shipper import AgentError
+from tidelog.clients.errors import SpoolLockedError
 from tidelog.clients.spool import Spool, SpooledRecord
 
 HEADER_STATE = "tidelog-agent-state"
@@ -150,3 +153,18 @@ class OutageSpool:
 
     def close(self) -> None:
         self.spool.close()
+
+
+def open_spool(state_dir: Path, max_bytes: int) -> OutageSpool:
+    """The agent's spool in ``state_dir/spool``: one agent at a time (an AgentError naming the folder
+    otherwise), a torn tail from a crash cut and reported (its lines are read again from their files)."""
+    try:
+        spool = OutageSpool(state_dir / "spool", max_bytes)
+    except SpoolLockedError:
+        raise AgentError(f"{state_dir}/spool is in use by another agent: give each agent its own "
+                         f"agent.state.dir") from None
+    if spool.truncated_bytes:
+        logging.getLogger(__name__).warning(
+            "spool: a torn tail of %d bytes was cut (a crash while writing it); those lines are read again "
+            "from their files", spool.truncated_bytes)
+    return spool

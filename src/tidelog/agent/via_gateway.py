@@ -44,9 +44,8 @@ from tidelog.agent.config import AgentConfig
 from tidelog.agent.files import Generation, Source
 from tidelog.agent.gateway_client import GatewayClient, GatewayRejected, Outcome
 from tidelog.agent.lines import Line
-from tidelog.agent.outage_spool import Handoff, OutageSpool, Pending
+from tidelog.agent.outage_spool import Handoff, OutageSpool, Pending, open_spool
 from tidelog.agent.shipper import Agent, AgentError
-from tidelog.clients.errors import SpoolLockedError
 from tidelog.common.errors import KafkaError as TidelogKafkaError
 
 log = logging.getLogger(__name__)
@@ -81,14 +80,7 @@ class GatewayAgent(Agent):
             raise AgentError(str(exc)) from None
         self._acked = {sid: positions.encode(self.config.agent_id, item).decode() for sid, item in saved.items()}
         if self.config.spool_max_bytes:
-            try:
-                self.spool = OutageSpool(self.state_dir / "spool", self.config.spool_max_bytes)
-            except SpoolLockedError:
-                raise AgentError(f"{self.state_dir}/spool is in use by another agent: give each agent its own "
-                                 f"agent.state.dir") from None
-            if self.spool.truncated_bytes:
-                log.warning("spool: a torn tail of %d bytes was cut (a crash while writing it); those lines "
-                            "are read again from their files", self.spool.truncated_bytes)
+            self.spool = open_spool(self.state_dir, self.config.spool_max_bytes)
             self.spool.release(covered)
             for source_id, state in self.spool.states().items():  # newer than the file's (see outage_spool)
                 saved[source_id] = positions.from_json(json.loads(state))[1]
