@@ -4,7 +4,8 @@
 
     [link]
     name = "dc1-to-dc2"            # names the link topic, the group and the transactional ids
-    shards = 8                     # units of ownership and of fencing; fixed for the link's life
+    shards = 4                     # units of ownership and of fencing; fixed for the link's life (unset:
+                                   # an existing link topic's count, else 4)
     budget.bytes = 67108864        # one byte budget for everything the link holds in memory
     transaction.interval.ms = 500  # a transaction is committed at least this often while records come
     metadata.refresh.ms = 10000    # how often new topics, added partitions and configs are looked for
