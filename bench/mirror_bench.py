@@ -62,6 +62,7 @@ from helpers.mirror_run import (  # noqa: E402
     footprint,
     write_config,
 )
+from tidelog.mirror.config import DEFAULT_SHARDS  # noqa: E402
 
 LAG_PARTITIONS = 4
 MM2_LOG4J = """rootLogger.level = INFO
@@ -191,7 +192,7 @@ def summary(name: str, records: int, size: int, startup: float, copy: float, lag
 def run_tidelog(args: argparse.Namespace, work: Path, source: str, destination: str) -> Result:
     config = write_config(work / "tidelog-link.toml", name="bench", source=source, destination=destination,
                           include=["bench", "lag-tidelog"], rename="tl.{topic}",
-                          link={"shards": 16, "transaction.interval.ms": args.transaction_interval_ms,
+                          link={"shards": args.shards, "transaction.interval.ms": args.transaction_interval_ms,
                                 "session.timeout.ms": 10_000, "metadata.refresh.ms": 10_000,
                                 "transaction.timeout.ms": 60_000})
     mirror = MirrorProcess(config, work / "tidelog-mirror.log").start()
@@ -314,8 +315,9 @@ def main() -> None:
     parser.add_argument("--skip-tidelog", action="store_true")
     parser.add_argument("--per-partition", type=int, default=10, help="footprint: records per partition")
     parser.add_argument("--budget-mib", type=int, default=64, help="footprint: the link's budget.bytes")
-    parser.add_argument("--shards", type=int, default=8, help="footprint: the link's shards (transactional mode: "
-                        "one producer each, and each holds state for every partition of the topic)")
+    parser.add_argument("--shards", type=int, default=DEFAULT_SHARDS,
+                        help=f"the link's shards (default: link.shards' own, {DEFAULT_SHARDS}); transactional mode: "
+                        "one producer each, and each holds state for every partition of the topic")
     parser.add_argument("--offsets", choices=("translate", "preserve"), default="translate",
                         help="footprint: the link's mode")
     args = parser.parse_args()

@@ -47,6 +47,7 @@ def write_config(path: Path, *, name: str, source: str, destination: str, includ
                  source_extra: Mapping[str, str] | None = None) -> Path:
     settings = {"name": name, "shards": 8, "transaction.interval.ms": 200, "metadata.refresh.ms": 1000,
                 "session.timeout.ms": 3000, "transaction.timeout.ms": 10000, **(link or {})}
+    settings = {k: v for k, v in settings.items() if v is not None}  # None: left out (the link's default)
     lines = ["[link]"] + [f'"{k}" = {_toml(v)}' for k, v in settings.items()]
     lines += ["[topics]", f"include = {_toml(list(include))}", f"rename = {_toml(rename)}"]
     lines += ["[source]", f'"bootstrap.servers" = "{source}"']

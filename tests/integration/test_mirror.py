@@ -4,6 +4,7 @@ consumer group moved to the destination by translate-offsets resuming at the rig
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import urllib.request
@@ -18,7 +19,7 @@ from helpers.broker_process import GROUP_TEST_BROKER, BrokerProcess, free_port, 
 from helpers.cli_runner import run_cli
 from helpers.clients import admin_client, create_topic, unique_topic
 from helpers.mirror_run import assert_same, produce_mixed, read_all, write_config
-from tidelog.mirror import Mirror, load_config
+from tidelog.mirror import LinkError, Mirror, load_config
 from tidelog.mirror.app import run
 from tidelog.mirror.translate import execute, translate_group
 
@@ -149,3 +150,29 @@ def test_a_group_moved_with_translate_offsets_resumes_at_the_same_record(
             assert first.value() == source[t.partition][already][1]  # no gap, no duplicate
     finally:
         moved.close()
+
+
+def test_a_link_without_link_shards_keeps_the_shard_count_its_link_topic_has(
+        clusters: tuple[BrokerProcess, BrokerProcess], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A link created when the default was another count goes on with that count; a count set in the
+    file that differs from the link topic's is refused."""
+    a, b = clusters
+    topic = create_topic(a.bootstrap, unique_topic("kept"), 3)
+    produce_mixed(a.bootstrap, topic, 3, 600, seed=11)
+    name = unique_topic("kept")
+    create_topic(b.bootstrap, f"__tidelog_mirror.{name}", 5, {"cleanup.policy": "compact"})
+    fixed = write_config(tmp_path / "fixed.toml", name=name, source=a.bootstrap, destination=b.bootstrap,
+                         include=[topic], link={"shards": 4})
+    with pytest.raises(LinkError, match=r"has 5 partitions but link\.shards is 4"):
+        Mirror(load_config(fixed)).start()
+    config_path = write_config(tmp_path / "kept.toml", name=name, source=a.bootstrap, destination=b.bootstrap,
+                               include=[topic], link={"shards": None})
+    assert not load_config(config_path).shards_set
+    with Running(config_path) as running:
+        wait_until(lambda: committed_to(a.bootstrap, config_path, topic, 3), timeout=60, message="caught up")
+    assert running.result[0].config.shards == 5
+    assert_same(read_all(a.bootstrap, topic, 3), read_all(b.bootstrap, topic, 3, strip_header=True))
+    shown = run_cli(capsys, "mirror", "status", "--config", str(config_path), "--json")
+    assert shown.code == 0, shown.err
+    rows = json.loads(shown.out)
+    assert {row["shard"] for row in rows} <= set(range(5)) and len(rows) == 3

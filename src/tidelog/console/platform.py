@@ -200,6 +200,15 @@ def source_topic(link: MirrorConfig, destination: str) -> str:
     return found["t"] if found and link.topics.destination(found["t"]) == destination else ""
 
 
+def _link_shards(info: ClusterInfo, name: str, config: MirrorConfig | None) -> int:
+    """A link's shard count: its link topic's partitions (the truth, fixed for the link's life), else the
+    file's ``link.shards``; 0 when neither is known."""
+    link_topic = info.topics.get(MIRROR_PREFIX + name)
+    if link_topic is not None and link_topic.partitions:
+        return len(link_topic.partitions)
+    return config.shards if config else 0
+
+
 def shard_owners(group: GroupInfo | None, link_topic: str) -> dict[int, str]:
     """Shard -> the link group member assigned that partition of the link topic."""
     if group is None:
@@ -351,8 +360,7 @@ class PlatformView:
             mine = [r for r in preserved if r.link == name]
             link_topic = MIRROR_PREFIX + name
             config = self._links.get(name)
-            shards = (config.shards if config else
-                      len(info.topics[link_topic].partitions) if link_topic in info.topics else 0)
+            shards = _link_shards(info, name, config)
             lags = [r.lag_records for r in mine if r.lag_records is not None]
             links.append(LinkSummary(name, link_topic, shards,
                                      len(shard_owners(groups.get(f"tidelog-mirror.{name}"), link_topic)), len(mine),
@@ -369,6 +377,7 @@ class PlatformView:
             config = self._links.get(name)
             mine = [(t, p) for t, p in partitions if marked[t] == name]
             owners = shard_owners(groups.get(f"tidelog-mirror.{name}"), MIRROR_PREFIX + name)
+            shards = _link_shards(info, name, config)
             sources = {t: source_topic(config, t) if config else "" for t, _ in mine}
             wanted = [(sources[t], p) for t, p in mine if sources[t]]
             source_starts: dict[tuple[str, int], int] = {}
@@ -390,7 +399,7 @@ class PlatformView:
                                   f"does not answer: {exc}")
             for t, p in mine:
                 src = sources[t]
-                shard = shard_of(src, p, config.shards) if config and src else None
+                shard = shard_of(src, p, shards) if shards and src else None
                 rows.append(PreservedRow(name, t, p, starts.get((t, p)), ends.get((t, p)), src, shard,
                                          owners.get(shard, "") if shard is not None else "",
                                          source_starts.get((src, p)), source_ends.get((src, p)),

@@ -23,7 +23,9 @@ Kafka. Design (docs/mirror.md says more):
   consumer group on the destination (the link group, over the link topic). Taking a shard starts
   with ``init_transactions()``, which fences the previous owner (shard.py).
 - **Bounded memory.** One byte budget per process, shared by every partition, fair between them
-  (budget.py): no per-partition buffers.
+  (budget.py): no per-partition buffers. What does grow with the partitions is librdkafka's state,
+  about 1.7 KiB a partition in each client (the source consumer, one producer per shard owned), hence
+  few shards by default (4); memory.py keeps glibc's arenas from holding freed memory per thread.
 
 - **Offsets preserved** (``offsets = "preserve"``, tidelog destinations only; preserve.py): whole
   batches, control batches included, are written at their source offsets with tidelog's MirrorProduce
@@ -32,7 +34,7 @@ Kafka. Design (docs/mirror.md says more):
   checkpoints or link group in that mode.
 
 Modules: config.py (TOML), position.py (checkpoints, shards, translation: pure), budget.py (pure),
-topics.py (destination topics follow the source), shard.py (a shard's producer and positions),
+topics.py (destination topics follow the source), memory.py (the C heap), shard.py (a shard's producer and positions),
 copier.py (the loop), metrics.py, app.py (process + HTTP), status.py, translate.py; preserve.py and
 batches.py (pure) for offsets = "preserve".
 """

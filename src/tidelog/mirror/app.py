@@ -11,6 +11,7 @@ import asyncio
 import logging
 import threading
 
+from tidelog.mirror import memory
 from tidelog.mirror.config import MirrorConfig
 from tidelog.mirror.copier import Mirror
 from tidelog.mirror.metrics import MirrorMetrics
@@ -48,6 +49,9 @@ def _serve_http(mirror: Mirror | PreservingMirror, listen: str, stop: threading.
 
 def run(config: MirrorConfig, stop: threading.Event) -> Mirror | PreservingMirror:
     """Start the link's process and copy until ``stop`` is set; returns the stopped mirror."""
+    tuned = memory.tune()  # before the first librdkafka client (memory.py)
+    if tuned:
+        log.info("malloc: %s", ", ".join(f"{key}={value}" for key, value in sorted(tuned.items())))
     mirror = PreservingMirror(config, MirrorMetrics()) if config.preserves_offsets else Mirror(config, MirrorMetrics())
     if config.metrics_listen:
         bound = threading.Event()

@@ -1,6 +1,8 @@
 """One byte budget per link, shared by all its partitions, fair between them (pure).
 
-What the mirror holds in memory is bounded by ``budget.bytes`` whatever the number of partitions:
+What the mirror holds *in flight* (records read and not yet committed) is bounded by
+``budget.bytes`` whatever the number of partitions (the fixed cost per partition of each librdkafka
+client is apart from it: docs/mirror.md, "Bounded memory"):
 
 - a quarter of it is the source consumer's prefetch (librdkafka ``queued.max.messages.kbytes``,
   a single total over every partition of the consumer, not a per-partition buffer);

@@ -4,7 +4,8 @@
 
     [link]
     name = "dc1-to-dc2"            # names the link topic, the group and the transactional ids
-    shards = 16                    # units of ownership and of fencing; fixed for the link's life
+    shards = 4                     # units of ownership and of fencing; fixed for the link's life (unset:
+                                   # an existing link topic's count, else 4)
     budget.bytes = 67108864        # one byte budget for everything the link holds in memory
     transaction.interval.ms = 500  # a transaction is committed at least this often while records come
     metadata.refresh.ms = 10000    # how often new topics, added partitions and configs are looked for
@@ -62,7 +63,8 @@ BUILTIN_CONFIG_EXCLUDE = frozenset({
     "mirror.source",
 })
 OFFSET_MODES = ("translate", "preserve")
-_INTS = {"shards": (16, 1), "budget.bytes": (64 << 20, 1 << 20), "transaction.interval.ms": (500, 10),
+DEFAULT_SHARDS = 4  # each shard owned is a librdkafka producer with state for every partition (docs/mirror.md)
+_INTS = {"shards": (DEFAULT_SHARDS, 1), "budget.bytes": (64 << 20, 1 << 20), "transaction.interval.ms": (500, 10),
          "metadata.refresh.ms": (10_000, 100), "session.timeout.ms": (10_000, 500),
          "transaction.timeout.ms": (60_000, 1000)}
 
@@ -91,7 +93,7 @@ class MirrorConfig:
     topics: TopicRule
     source: Mapping[str, Any]
     destination: Mapping[str, Any]
-    shards: int = 16
+    shards: int = DEFAULT_SHARDS
     budget_bytes: int = 64 << 20
     transaction_interval_ms: int = 500
     metadata_refresh_ms: int = 10_000
@@ -104,6 +106,7 @@ class MirrorConfig:
     start: str = "earliest"
     metrics_listen: str = ""
     offsets: str = "translate"
+    shards_set: bool = True  # False: link.shards not in the file; an existing link keeps its count (topics.py)
 
     @property
     def preserves_offsets(self) -> bool:
@@ -212,7 +215,8 @@ def parse_config(document: Mapping[str, Any]) -> MirrorConfig:
         name=name, topics=_topics(document.get("topics")),
         source=source, destination=destination, offsets=offsets,
         offset_header=header, replication_factor=rf, sync_configs=sync,
-        config_exclude=BUILTIN_CONFIG_EXCLUDE | frozenset(exclude), start=start, metrics_listen=listen, **ints)
+        config_exclude=BUILTIN_CONFIG_EXCLUDE | frozenset(exclude), start=start, metrics_listen=listen,
+        shards_set="shards" in link, **ints)
 
 
 def load_config(path: Path) -> MirrorConfig:

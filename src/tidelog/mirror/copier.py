@@ -37,6 +37,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from confluent_kafka.admin import AdminClient
 
 from tidelog.clients.transactional import FENCED, read_to_end, retry_retriable, shared_settings
+from tidelog.mirror import memory
 from tidelog.mirror.budget import FairBudget
 from tidelog.mirror.config import MirrorConfig
 from tidelog.mirror.metrics import MirrorMetrics
@@ -80,7 +81,7 @@ class Mirror:
     # ---- start and stop ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        ensure_link_topic(self.config, self.dest_admin)
+        self.config = ensure_link_topic(self.config, self.dest_admin)
         self.topics = self.sync.run()
         self.source = Consumer({
             **self.config.source, "group.id": self.config.group_id, "enable.auto.commit": False,
@@ -167,6 +168,7 @@ class Mirror:
         for (topic, partition), checkpoint in saved.items():
             shard.add(PartitionState(topic, partition, self.config.topics.destination(topic), checkpoint))
         self._follow(shard)
+        memory.trim()  # the checkpoint reader's buffers and the new producer's metadata answer are freed
         self.metrics.shards.set((), len(self.shards))
         log.info("shard %d taken: %d partitions, %d with checkpoints", number, len(shard.partitions), len(saved))
 

@@ -22,15 +22,20 @@ destination alone says where to resume; nothing is kept on the mirror's disk.
 Every mirrored record also carries its source offset in a header (``offset.header``, ASCII
 decimal), which makes the translation exact: from the pair below a group's offset, the destination
 is scanned to the first record whose source offset is at least the group's.
+
+In memory a process keeps the committed checkpoint of every partition it copies, so ``syncs`` is
+packed (``Syncs``: one array of 64-bit integers, 16 bytes a pair): as tuples of ints the 32 pairs
+took about 4 KiB a partition, 40 MiB at 10,000 partitions.
 """
 
 from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 MAX_SYNCS = 32
 
@@ -40,23 +45,83 @@ def shard_of(topic: str, partition: int, shards: int) -> int:
     return zlib.crc32(f"{topic}|{partition}".encode()) % shards
 
 
-@dataclass
+class Syncs(Sequence[tuple[int, int]]):
+    """An immutable sequence of (next, dest_next) pairs, packed in one ``array("q")``."""
+
+    __slots__ = ("_flat",)
+
+    def __init__(self, pairs: Iterable[tuple[int, int]] = ()) -> None:
+        self._flat = array("q", [offset for pair in pairs for offset in pair])
+
+    @classmethod
+    def _of(cls, flat: array[int]) -> Syncs:
+        syncs = cls.__new__(cls)
+        syncs._flat = flat
+        return syncs
+
+    def appended(self, pair: tuple[int, int], keep: int) -> Syncs:
+        """These pairs and ``pair``, the last ``keep`` of them."""
+        flat = self._flat[-2 * (keep - 1):] if keep > 1 else array("q")
+        flat.extend(pair)
+        return Syncs._of(flat)
+
+    def __len__(self) -> int:
+        return len(self._flat) // 2
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[int, int]: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[int, int]]: ...
+    def __getitem__(self, index: int | slice) -> tuple[int, int] | Sequence[tuple[int, int]]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("sync pair index out of range")
+        return self._flat[2 * index], self._flat[2 * index + 1]
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        flat = self._flat
+        return zip(flat[::2], flat[1::2], strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Syncs):
+            return self._flat == other._flat
+        if isinstance(other, Sequence):
+            return list(self) == [tuple(pair) for pair in other]
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Syncs({list(self)!r})"
+
+
+@dataclass(slots=True)
 class Checkpoint:
+    """``syncs`` may be given as any sequence of pairs; it is kept as ``Syncs``."""
+
     topic: str
     partition: int
     next: int
     dest_next: int
     at: int = 0
     ts: int = -1
-    syncs: list[tuple[int, int]] = field(default_factory=list)
+    syncs: Sequence[tuple[int, int]] = field(default_factory=Syncs)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.syncs, Syncs):
+            self.syncs = Syncs(self.syncs)
 
     @property
     def key(self) -> bytes:
         return f"{self.topic}|{self.partition}".encode()
 
     def advanced(self, next_source: int, dest_next: int, at: int, ts: int) -> Checkpoint:
-        syncs = [*self.syncs, (next_source, dest_next)][-MAX_SYNCS:]
-        return Checkpoint(self.topic, self.partition, next_source, dest_next, at, ts, syncs)
+        syncs = self.syncs if isinstance(self.syncs, Syncs) else Syncs(self.syncs)
+        return Checkpoint(self.topic, self.partition, next_source, dest_next, at, ts,
+                          syncs.appended((next_source, dest_next), MAX_SYNCS))
 
     def encode(self) -> bytes:
         return json.dumps({"topic": self.topic, "partition": self.partition, "next": self.next,

@@ -76,7 +76,7 @@ from tidelog.mirror.budget import LeaderFetch, fetch_plan
 from tidelog.mirror.config import MirrorConfig
 from tidelog.mirror.metrics import MirrorMetrics
 from tidelog.mirror.position import shard_of
-from tidelog.mirror.topics import TIMEOUT_S, TopicSync, ensure_link_topic, link_group_member
+from tidelog.mirror.topics import TIMEOUT_S, TopicSync, ensure_link_topic, link_group_member, link_shards
 from tidelog.mirror.wire import Side, Wire, leader_of, require_mirror_produce
 from tidelog.net.kafka_connection import BrokerUnreachable
 from tidelog.protocol.mirror_produce import (
@@ -144,8 +144,9 @@ class PreservingMirror:
 
     def start(self) -> None:
         self._check()
+        self.config = link_shards(self.config, self.dest_admin)  # shard_of() below needs the link's count
         self._refresh(first=True)
-        ensure_link_topic(self.config, self.dest_admin)
+        self.config = ensure_link_topic(self.config, self.dest_admin)
         self.group = link_group_member(self.config)
         self.group.subscribe([self.config.link_topic], on_assign=self._assigned, on_revoke=self._revoked,
                              on_lost=self._revoked)

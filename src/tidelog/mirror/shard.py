@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 Key = tuple[str, int]
 
 
-@dataclass
+@dataclass(slots=True)
 class PartitionState:
     topic: str
     partition: int
@@ -64,7 +64,7 @@ class Shard:
         self.link_topic = link_topic
         self.offset_header = offset_header
         self.partitions: dict[Key, PartitionState] = {}
-        self._by_dest: dict[Key, PartitionState] = {}
+        self._source_of: dict[str, str] = {}  # destination topic -> source topic (partition n goes to n)
         self.open_since: float | None = None
         self.touched: set[Key] = set()
         self.delivery_error: KafkaError | None = None
@@ -74,7 +74,7 @@ class Shard:
 
     def add(self, state: PartitionState) -> None:
         self.partitions[(state.topic, state.partition)] = state
-        self._by_dest[(state.dest_topic, state.partition)] = state
+        self._source_of[state.dest_topic] = state.topic
 
     def copy(self, state: PartitionState, message: Message, now: float) -> int:
         """Add the copy of ``message`` to the open transaction (begun if none); bytes copied."""
@@ -111,8 +111,10 @@ class Shard:
         if error is not None:
             self.delivery_error = error
             return
-        state = self._by_dest.get((message.topic() or "", message.partition() or 0))
-        if state is not None and message.topic() != self.link_topic:
+        topic = message.topic() or ""
+        source = self._source_of.get(topic)
+        state = self.partitions.get((source, message.partition() or 0)) if source is not None else None
+        if state is not None and topic != self.link_topic:
             state.pending_dest = max(state.pending_dest, message.offset() or 0)
 
     def write_checkpoints(self, now_ms: int, flush: Callable[[], None]) -> dict[Key, Checkpoint]:

@@ -29,7 +29,7 @@ from tidelog.clients.security import SaslAuthenticationError
 from tidelog.clients.transactional import read_to_end, shared_settings
 from tidelog.mirror.config import MirrorConfig
 from tidelog.mirror.position import Checkpoint, shard_of
-from tidelog.mirror.topics import TIMEOUT_S, LinkError, TopicSync
+from tidelog.mirror.topics import TIMEOUT_S, LinkError, TopicSync, link_shards
 from tidelog.mirror.wire import Address, LogEnd, Wire, leader_of, require_mirror_produce
 from tidelog.net.kafka_connection import BrokerUnreachable
 
@@ -99,6 +99,7 @@ def end_offsets(settings: dict[str, Any], keys: list[tuple[str, int]], *,
 
 
 def status(config: MirrorConfig) -> list[PartitionStatus]:
+    config = link_shards(config, AdminClient(shared_settings(config.destination)))
     saved = checkpoints(config)
     owned = owners(config)
     sync = TopicSync(config, AdminClient(shared_settings(config.source)), AdminClient(shared_settings(config.destination)))
@@ -150,6 +151,7 @@ def preserved_status(config: MirrorConfig) -> list[PreservedStatus]:
     asyncio.run(_reach_both(wire))  # a refused password or certificate: said now, not as a librdkafka timeout
     source_settings, dest_settings = shared_settings(config.source), shared_settings(config.destination)
     dest_admin = AdminClient(dest_settings)
+    config = link_shards(config, dest_admin)
     sync = TopicSync(config, AdminClient(source_settings), dest_admin)
     keys = sorted((t, p) for t, n in sync.source_topics().items() for p in range(n))
     starts = end_offsets(source_settings, keys, earliest=True)

@@ -37,7 +37,7 @@ import logging
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -249,8 +249,10 @@ class TopicSync:
             log.error("%s: %s", what, exc.args[0].str())
 
 
-def ensure_link_topic(config: MirrorConfig, dest: AdminClient) -> None:
-    """Create the link topic (compacted, one partition per shard); refuse one with another count."""
+def ensure_link_topic(config: MirrorConfig, dest: AdminClient) -> MirrorConfig:
+    """Create the link topic (compacted, one partition per shard); refuse one with another count, unless
+    ``link.shards`` is not in the file: then the link keeps the count it has (a link created when the
+    default was different). Returns ``config`` with the link's shard count."""
     topic = NewTopic(config.link_topic, num_partitions=config.shards, replication_factor=config.replication_factor,
                      config={"cleanup.policy": "compact"})
     try:
@@ -261,8 +263,23 @@ def ensure_link_topic(config: MirrorConfig, dest: AdminClient) -> None:
             raise LinkError(f"cannot create the link topic {config.link_topic}: {exc.args[0].str()}") from None
     described = dest.list_topics(config.link_topic, timeout=TIMEOUT_S).topics[config.link_topic]
     if described.error is None and len(described.partitions) != config.shards:
-        raise LinkError(f"link topic {config.link_topic} has {len(described.partitions)} partitions but "
-                        f"link.shards is {config.shards}; shards are fixed for a link's life")
+        if config.shards_set:
+            raise LinkError(f"link topic {config.link_topic} has {len(described.partitions)} partitions but "
+                            f"link.shards is {config.shards}; shards are fixed for a link's life")
+        log.info("link topic %s has %d partitions: the link keeps its %d shards (link.shards is not set)",
+                 config.link_topic, len(described.partitions), len(described.partitions))
+        return replace(config, shards=len(described.partitions))
+    return config
+
+
+def link_shards(config: MirrorConfig, dest: AdminClient) -> MirrorConfig:
+    """``config`` with the link's shard count as its link topic has it, when the file does not set it."""
+    if config.shards_set:
+        return config
+    described = dest.list_topics(config.link_topic, timeout=TIMEOUT_S).topics.get(config.link_topic)
+    if described is None or described.error is not None or not described.partitions:
+        return config
+    return replace(config, shards=len(described.partitions))
 
 
 def link_group_member(config: MirrorConfig) -> Consumer:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tidelog.common.errors import ConfigError
-from tidelog.mirror.config import BUILTIN_CONFIG_EXCLUDE, parse_config
+from tidelog.mirror.config import BUILTIN_CONFIG_EXCLUDE, DEFAULT_SHARDS, parse_config
 
 
 def document(**link: Any) -> dict[str, Any]:
@@ -19,7 +19,10 @@ def document(**link: Any) -> dict[str, Any]:
 
 def test_defaults_and_derived_names() -> None:
     config = parse_config(document())
-    assert (config.shards, config.budget_bytes, config.offset_header) == (16, 64 << 20, "tidelog.mirror.offset")
+    assert (config.shards, config.budget_bytes, config.offset_header) == (DEFAULT_SHARDS, 64 << 20,
+                                                                          "tidelog.mirror.offset")
+    assert not config.shards_set  # an existing link topic's count then wins (topics.ensure_link_topic)
+    assert parse_config(document(shards=DEFAULT_SHARDS)).shards_set
     assert config.link_topic == "__tidelog_mirror.dc1-to-dc2"
     assert config.transactional_id(3) == "tidelog-mirror.dc1-to-dc2.3"
     assert config.destination == {"bootstrap.servers": "b:9092", "security.protocol": "SASL_SSL",
