@@ -245,13 +245,21 @@ def compare(figures: Figures, acks: dict[bytes, Ack], read: dict[int, list[tuple
 
 def longest_write_gap(acks: Iterable[Ack]) -> float:
     """The longest time between two acknowledgements on one partition."""
+    return write_gap_where(acks)[0]
+
+
+def write_gap_where(acks: Iterable[Ack]) -> tuple[float, int, float]:
+    """The longest time between two acknowledgements on one partition: (seconds, partition, the
+    monotonic moment of the acknowledgement before it), for a failure message to place it."""
     times: dict[int, list[float]] = defaultdict(list)
     for ack in acks:
         times[ack.partition].append(ack.at)
-    longest = 0.0
-    for moments in times.values():
+    longest: tuple[float, int, float] = (0.0, -1, 0.0)
+    for partition, moments in times.items():
         moments.sort()
-        longest = max([longest, *(b - a for a, b in pairwise(moments))])
+        for a, b in pairwise(moments):
+            if b - a > longest[0]:
+                longest = (b - a, partition, a)
     return longest
 
 

@@ -158,7 +158,14 @@ class LeaderState:
         return self.pending
 
     def isr_committed(self, isr: tuple[int, ...], partition_epoch: int, leader_leo: int) -> int | None:
-        """The store holds ``isr`` at ``partition_epoch`` now; the new high watermark if it moved."""
+        """The store holds ``isr`` at ``partition_epoch`` now; the new high watermark if it moved.
+
+        A commit older than the state's is ignored: the leader's own ISR write can be confirmed after
+        the store's watch already delivered a later change (the controller ending a move drops a
+        replica). Applying it would bring back an ISR member that no longer fetches, and the high
+        watermark would wait for it (and every shrink be proposed on the stale epoch, and lose)."""
+        if partition_epoch < self.partition_epoch:
+            return None
         self.isr = isr
         self.partition_epoch = partition_epoch
         self.pending = None

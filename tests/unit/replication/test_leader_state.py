@@ -86,3 +86,18 @@ def test_a_lost_compare_and_set_lets_the_leader_propose_again() -> None:
     assert state.check_lagging(LAG + 1) is not None
     state.proposal_failed()
     assert state.check_lagging(LAG + 2) is not None
+
+
+def test_an_isr_write_confirmed_after_a_later_change_does_not_bring_back_its_isr() -> None:
+    # The leader writes (1, 2, 3) at epoch 8; before its write is confirmed the store's watch delivers
+    # epoch 9, the controller ending a move: replica 3 gone. The late confirmation must not undo it.
+    state = leader(isr=(1, 2))
+    state.on_follower_fetch(2, 100, 100, 1)
+    _, proposal = state.on_follower_fetch(3, 100, 100, 1)
+    assert proposal is not None and proposal.isr == (1, 2, 3)
+    state.replicas = (1, 2)
+    state.isr_committed((1, 2), 9, 100)
+    assert state.isr_committed(proposal.isr, 8, 100) is None
+    assert state.isr == (1, 2) and state.partition_epoch == 9
+    state.on_append(120)
+    assert state.on_follower_fetch(2, 120, 120, 2)[0] == 120  # 3 no longer holds the high watermark back
