@@ -78,9 +78,17 @@ class AgentRun:
         self.process.wait(10)
 
     def stop(self) -> int:
+        """SIGTERM and the exit status; an agent still running after 30 s prints its threads' stacks
+        to its log (SIGUSR1, faulthandler) and the test fails with the log's end."""
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(30)
+        try:
+            return self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            tail = self.log.read_text(errors="replace")[-6000:]
+            raise AssertionError(f"the agent did not stop within 30 s of SIGTERM; its log ends:\n{tail}") from None
 
     def close(self) -> None:
         """Kill the agent if it still runs (a test's clean-up)."""

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import faulthandler
-import io
 import logging
-import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,6 +11,7 @@ from typing import Any
 from tidelog.agent import Agent, AgentError, load_config
 from tidelog.agent.positions import PositionsError
 from tidelog.cli.common import CliError
+from tidelog.cli.stop_signals import stop_on_signals
 from tidelog.common.errors import ConfigError
 
 EXAMPLES = """\
@@ -73,11 +71,6 @@ def _run(args: argparse.Namespace) -> int:
             raise CliError("--bootstrap-server: the configuration writes through a gateway ([gateway])", 2)
         config = config.with_bootstrap(args.bootstrap_server)
     stop = threading.Event()
-    try:
-        faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid> prints every thread's stack to stderr
-    except (OSError, ValueError, io.UnsupportedOperation):
-        pass  # stderr is not a file (the command run inside another program)
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     if config.gateway is not None:
         from tidelog.agent.via_gateway import GatewayAgent  # httpx and the spool only in gateway mode
 
@@ -89,14 +82,12 @@ def _run(args: argparse.Namespace) -> int:
     else:
         agent = Agent(config)
     try:
-        agent.start()
-        agent.run(stop)
+        with stop_on_signals(stop):
+            agent.start()
+            agent.run(stop)
     except (AgentError, PositionsError) as exc:
         agent.close()
         raise CliError(str(exc)) from None
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     metrics = agent.metrics
     logging.getLogger("tidelog.agent").info(
         "stopped: %d records (%d bytes) in %d transactions, %d aborted, %d cut to max.line.bytes, "

@@ -4,11 +4,8 @@ consumer group's committed offsets to the destination's equivalents (``translate
 from __future__ import annotations
 
 import argparse
-import faulthandler
-import io
 import json
 import logging
-import signal
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +14,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from tidelog.cli.common import CliError
+from tidelog.cli.stop_signals import stop_on_signals
 from tidelog.clients.transactional import ReadError
 from tidelog.common.errors import ConfigError
 from tidelog.mirror import LinkError, MirrorConfig, load_config
@@ -85,17 +83,10 @@ def _run(args: argparse.Namespace) -> int:
     config = _config(args)
     stop = threading.Event()
     try:
-        faulthandler.register(signal.SIGUSR1)
-    except (OSError, ValueError, io.UnsupportedOperation):
-        pass
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        mirror = run(config, stop)
+        with stop_on_signals(stop):
+            mirror = run(config, stop)
     except (LinkError, ReadError) as exc:
         raise CliError(str(exc)) from None
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     metrics = mirror.metrics
     logging.getLogger("tidelog.mirror").info(
         "stopped: %d records (%d bytes) in %d transactions, %d aborted",
