@@ -183,8 +183,12 @@ class BrokerProcess:
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
+                if not self.reference_kafka:  # tidelog prints every thread's stack on SIGUSR1: into the log
+                    self.process.send_signal(signal.SIGUSR1)
+                    time.sleep(1)
                 self.kill9()
-                raise self._error(f"broker did not exit within {timeout:.0f} s of signal {sig}") from None
+                error = f"broker did not exit within {timeout:.0f} s of signal {sig}"
+                raise BrokerError(f"{error}\n--- {self.log_path} (last 200 lines) ---\n{self.log_tail(200)}") from None
         return int(self.process.returncode)
 
     def kill9(self) -> None:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from helpers.broker_process import REPO_ROOT
 
@@ -149,6 +149,16 @@ class MirrorProcess:
         self.kill9()
 
 
+def _produce(producer: Producer, topic: str, value: bytes | None, key: bytes | None, partition: int,
+             headers: list[tuple[str, bytes]] | None, timestamp: int) -> None:
+    while True:
+        try:
+            producer.produce(topic, value, key, partition=partition, headers=headers, timestamp=timestamp)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 def produce_mixed(bootstrap: str, topic: str, partitions: int, records: int, *, seed: int = 7,
                   value_size: int = 100, abort_every: int = 4, writer: str = "writer",
                   on_chunk: Callable[[int], None] | None = None) -> int:
@@ -178,13 +188,19 @@ def produce_mixed(bootstrap: str, topic: str, partitions: int, records: int, *, 
             key = None if i % 17 == 0 else b"k%d" % rng.randrange(1000)
             value = None if i % 101 == 0 else b"%012d" % i + pad
             headers = [("h", b"%d" % i)] if i % 3 == 0 else None
-            while True:
-                try:
-                    producer.produce(topic, value, key, partition=rng.randrange(partitions), headers=headers,
-                                     timestamp=base_ts + i)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            try:
+                _produce(producer, topic, value, key, rng.randrange(partitions), headers, base_ts + i)
+            except KafkaException as exc:
+                # The transaction went into an abortable error (a request of it failed under load, say):
+                # abort it as any transactional producer must; none of its records count as committed.
+                # produce() reports that state as _STATE without the abort flag; abort_transaction
+                # raises if the producer is fatally broken instead.
+                error = exc.args[0]
+                if which != 2 or not (error.txn_requires_abort() or error.code() == KafkaError._STATE):
+                    raise
+                print(f"produce_mixed: transaction aborted on {error}", file=sys.stderr)
+                aborted = True  # aborted below
+                break
         if which == 2:
             if aborted:
                 txn.abort_transaction(30)

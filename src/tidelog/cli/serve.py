@@ -12,6 +12,7 @@ import sys
 from collections.abc import Coroutine
 from typing import Any
 
+from tidelog.cli.stop_signals import stacks_on_sigusr1
 from tidelog.common.config import BrokerConfig, parse_properties
 from tidelog.common.errors import ConfigError
 from tidelog.metadata.errors import DuplicateBrokerError, MetadataStoreUnavailable
@@ -112,6 +113,7 @@ def serve_command(args: argparse.Namespace) -> int:
             log.warning("unknown configuration key %r ignored", key)
         node = BrokerNode(config)
         raise_open_files_limit(log)
+        stacks_on_sigusr1()
     except ConfigError as exc:
         print(f"tidelog: configuration error: {exc}", file=sys.stderr)
         return 2

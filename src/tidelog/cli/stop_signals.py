@@ -1,5 +1,6 @@
 """SIGTERM and SIGINT as a ``threading.Event`` for the commands whose main thread runs the work
-(``tidelog agent``, ``tidelog mirror``); SIGUSR1 prints every thread's stack to stderr.
+(``tidelog agent``, ``tidelog mirror``); SIGUSR1 prints every thread's stack to stderr (also in
+``tidelog serve``, whose event loop handles SIGTERM itself).
 
 Why the handler does not call ``stop.set()`` itself: a Python signal handler runs in the main thread
 between two bytecodes, possibly while that thread is inside ``stop.wait()`` holding the event's
@@ -30,13 +31,18 @@ def setter_for(stop: threading.Event) -> Callable[[int, FrameType | None], None]
     return handler
 
 
+def stacks_on_sigusr1() -> None:
+    """``kill -USR1 <pid>`` prints every thread's stack to stderr (the process's log)."""
+    try:
+        faulthandler.register(signal.SIGUSR1)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # stderr is not a file (the command run inside another program)
+
+
 @contextmanager
 def stop_on_signals(stop: threading.Event) -> Iterator[None]:
     """Within the block, SIGTERM and SIGINT set ``stop``; the previous handlers come back after it."""
-    try:
-        faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid> prints every thread's stack to stderr
-    except (OSError, ValueError, io.UnsupportedOperation):
-        pass  # stderr is not a file (the command run inside another program)
+    stacks_on_sigusr1()
     handler = setter_for(stop)
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:

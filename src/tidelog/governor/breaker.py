@@ -36,6 +36,7 @@ class Health:
     p99_ms: float | None = None
     disk_ratio: float = 0.0
     examples: tuple[str, ...] = ()  # a few of the under-replicated partitions, for the reason
+    offline_examples: tuple[str, ...] = ()  # a few of the offline partitions, likewise
 
     def to_json(self) -> dict[str, object]:
         return {"underReplicated": self.under_replicated, "isrShrinks": self.isr_shrinks,
@@ -56,7 +57,8 @@ class Verdict:
 def judge(health: Health, limits: BreakerLimits) -> Verdict:
     cancel, pause = [], []
     if health.offline_partitions > 0:
-        cancel.append(f"{health.offline_partitions} offline partitions")
+        shown = f": {', '.join(health.offline_examples)}" if health.offline_examples else ""
+        cancel.append(f"{health.offline_partitions} offline partitions{shown}")
     if health.disk_ratio > limits.cancel_disk_ratio:
         cancel.append(f"a log dir is {health.disk_ratio:.0%} full (cancel above {limits.cancel_disk_ratio:.0%})")
     elif health.disk_ratio > limits.pause_disk_ratio:

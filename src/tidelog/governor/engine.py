@@ -137,14 +137,16 @@ class Engine:
         isr = {k: p.isr for k, p in snap.partitions.items()}
         under_replicated = sorted(k for k, p in snap.partitions.items() if k not in moving and len(p.isr) < len(p.replicas))
         under = len(under_replicated)
-        offline = sum(1 for p in snap.partitions.values() if p.leader < 0)
+        offline_partitions = sorted(k for k, p in snap.partitions.items() if p.leader < 0)
+        offline = len(offline_partitions)
         shrinks = isr_shrinks(self._isr, isr, {k: p.replicas for k, p in snap.partitions.items()}, moving)
         self._isr = isr
         latencies = [load.p99_ms for load in loads.values() if load.p99_ms is not None]
         ratios = [1 - d.usable_bytes / d.total_bytes for dirs in snap.log_dirs.values() for d in dirs
                   if not d.offline and d.total_bytes > 0 and d.usable_bytes >= 0]
         return Health(under, shrinks, offline, max(latencies) if latencies else None, max(ratios, default=0.0),
-                      tuple(f"{t}-{p}" for t, p in under_replicated[:5]))
+                      tuple(f"{t}-{p}" for t, p in under_replicated[:5]),
+                      tuple(f"{t}-{p}" for t, p in offline_partitions[:5]))
 
     # -- plans -------------------------------------------------------------------------------------
 
@@ -219,6 +221,13 @@ class Engine:
         await self._elect(done)
         self.verdict = judge(self.health, self.config.breaker)
         control = self.control
+        if not flying and not pending and control["pausedBy"] != "operator":
+            # Every move is done (or cancelled): a breaker pause has nothing left to hold back, and a
+            # plan kept open by it would keep the throttles and block the next plan.
+            if control["paused"]:
+                await self.set_control(paused=False, pausedBy="", reason="")
+            await self._finish(stored, done, cancelled)
+            return
         if self.verdict.action == "cancel" and flying:
             await self._cancel(flying, f"circuit breaker: {self.verdict.reason}")
             await self.set_control(paused=True, pausedBy="breaker", reason=self.verdict.reason)

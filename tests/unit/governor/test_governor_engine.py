@@ -116,6 +116,27 @@ def test_breaker_cancels_in_flight_moves_on_offline_partitions() -> None:
     assert store.records["control"]["paused"] and "offline" in store.records["control"]["reason"]
 
 
+def test_a_plan_whose_moves_all_finished_ends_though_the_breaker_paused_it() -> None:
+    # An under-replicated partition outside the plan pauses it; the moves already started finish all
+    # the same, and then the plan ends with its pause: nothing is left to hold back.
+    cluster, store = skewed(), FakeStore()
+    cluster.rounds = 3
+    for p, replicas in enumerate([(1, 3), (2, 4), (3, 1), (4, 2)]):
+        cluster.partitions[("other", p)] = PartitionState(replicas, frozenset(replicas), replicas[0])
+    e = engine(cluster, store, **{"governor.auto.balance": "true", "governor.moves.per.broker": "50",
+                                  "governor.moves.max": "50"})
+    run(e, 2)
+    planned = {(m["topic"], m["partition"]) for m in store.records["plan"]["moves"]}
+    assert cluster.moving and set(cluster.moving) == planned  # every move started
+    cluster.urp = {sorted(set(cluster.partitions) - planned)[0]}
+    run(e, 1)
+    assert store.records["control"]["pausedBy"] == "breaker" and store.records["plan"]
+    run(e, 4)
+    assert "plan" not in store.records and not cluster.moving
+    assert not store.records["control"]["paused"]
+    assert any(e_["kind"] == "done" for e_ in e.events)
+
+
 def test_a_move_without_progress_past_the_deadline_is_cancelled() -> None:
     cluster, store = skewed(), FakeStore()
     cluster.stuck = True
