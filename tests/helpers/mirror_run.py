@@ -21,6 +21,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from helpers.broker_process import REPO_ROOT
+from tidelog.clients.transactional import send
 
 OFFSET_HEADER = "tidelog.mirror.offset"
 Record = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
@@ -149,16 +150,6 @@ class MirrorProcess:
         self.kill9()
 
 
-def _produce(producer: Producer, topic: str, value: bytes | None, key: bytes | None, partition: int,
-             headers: list[tuple[str, bytes]] | None, timestamp: int) -> None:
-    while True:
-        try:
-            producer.produce(topic, value, key, partition=partition, headers=headers, timestamp=timestamp)
-            return
-        except BufferError:
-            producer.poll(0.05)
-
-
 def produce_mixed(bootstrap: str, topic: str, partitions: int, records: int, *, seed: int = 7,
                   value_size: int = 100, abort_every: int = 4, writer: str = "writer",
                   on_chunk: Callable[[int], None] | None = None) -> int:
@@ -189,7 +180,7 @@ def produce_mixed(bootstrap: str, topic: str, partitions: int, records: int, *, 
             value = None if i % 101 == 0 else b"%012d" % i + pad
             headers = [("h", b"%d" % i)] if i % 3 == 0 else None
             try:
-                _produce(producer, topic, value, key, rng.randrange(partitions), headers, base_ts + i)
+                send(producer, topic, value, key, headers, partition=rng.randrange(partitions), timestamp=base_ts + i)
             except KafkaException as exc:
                 # The transaction went into an abortable error (a request of it failed under load, say):
                 # abort it as any transactional producer must; none of its records count as committed.
