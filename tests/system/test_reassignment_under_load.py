@@ -125,7 +125,7 @@ def moving(admin: KafkaAdminClient, topic: str) -> set[int]:
     return {tp.partition for tp in admin.list_partition_reassignments() if tp.topic == topic}
 
 
-def test_moves_under_load_lose_nothing_and_survive_a_controller_kill(cluster: Cluster) -> None:
+def test_moves_under_load_lose_nothing_and_survive_a_controller_kill(cluster: Cluster, tmp_path: Path) -> None:
     topic = "moving-load"
     cluster.create_topic(topic, PARTITIONS, 2)
     checker = Checker(cluster.bootstrap, topic, PARTITIONS, producers=2, rate=50.0).start()
@@ -182,6 +182,8 @@ def test_moves_under_load_lose_nothing_and_survive_a_controller_kill(cluster: Cl
                 f"{gap:.1f} s on partition {gap_partition} from {gap_began - killed_at:.1f} s; the consumer's "
                 f"{reader.longest_gap:.1f} s from {reader.gap_began - killed_at:.1f} s")
     print(f"\n{figures.row()} consumer longest gap {reader.longest_gap:.2f} s\n{timeline}")
+    # Also next to the brokers' logs: a run that passes on its rerun shows only RERUN in the summary.
+    (tmp_path / "timeline.txt").write_text(f"{figures.row()}\n{timeline}\n")
     assert not figures.problems(), figures.problems()
     assert reader.received >= figures.acknowledged
     assert reader.longest_gap < 8.0, f"the consumer waited {reader.longest_gap:.1f} s for a record ({timeline})"

@@ -149,7 +149,7 @@ def test_produce_rolls_on_a_slow_dir_run_on_its_pool_in_order_while_the_loop_kee
     healthy = logs.create_log("healthy", 0, LogConfig())
     assert logs.log_dir_of("slowrolls", 0) != logs.log_dir_of("healthy", 0)
     registry = Registry()
-    disk = pools(logs, registry, **{"tidelog.test.log.dir.read.delay": f"{logs.log_dir_of('slowrolls', 0)}:300"})
+    disk = pools(logs, registry, **{"tidelog.test.log.dir.read.delay": f"{logs.log_dir_of('slowrolls', 0)}:500"})
     completed_on: list[str] = []
     complete = slowed.complete_roll
 
@@ -197,7 +197,8 @@ def test_produce_rolls_on_a_slow_dir_run_on_its_pool_in_order_while_the_loop_kee
     assert len(slowed.segments) == 5 and len(completed_on) == 4, "every append after the first rolled"
     dir_name = str(logs.log_dir_of("slowrolls", 0)).rsplit("/", 1)[1]
     assert {name.rsplit("_", 1)[0] for name in completed_on} == {f"disk-{dir_name}"}
-    assert worst_gap < 0.15, f"the loop stalled {worst_gap * 1000:.0f} ms during 1.2 s of slow rolls"
+    # A roll on the loop would stall it 500 ms; 350 leaves room for a loaded scheduler (the suite runs at nice 19).
+    assert worst_gap < 0.35, f"the loop stalled {worst_gap * 1000:.0f} ms during 2 s of slow rolls"
     assert healthy_appends > 20, "the healthy dir's partition was written meanwhile"
     deadline = time.monotonic() + 10  # the snapshots are written by pool jobs nobody awaits
     while len(slowed.snapshot_files()) < 4 and time.monotonic() < deadline:
@@ -209,7 +210,7 @@ def test_produce_rolls_on_a_slow_dir_run_on_its_pool_in_order_while_the_loop_kee
     disk.refresh()
     started = time.perf_counter()
     asyncio.run(produce(slowed))
-    assert time.perf_counter() - started >= 0.3 and len(slowed.segments) == 6
+    assert time.perf_counter() - started >= 0.5 and len(slowed.segments) == 6
     disk.shutdown()
 
 
