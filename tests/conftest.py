@@ -29,3 +29,21 @@ def fresh_broker(tmp_path: Path, pytestconfig: pytest.Config) -> Iterator[Callab
     for process in started:
         process.close()
 
+
+
+# -- reruns (scripts/test: --reruns 1): the first failure of a test that passed on its rerun is printed
+# at the end, so that a green run still shows what went wrong (docs/dev/testing.md).
+_RERUN_REPORTS: list[pytest.TestReport] = []
+RERUN_REPORT_CHARS = 4000
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.outcome == "rerun" and report.longrepr is not None:
+        _RERUN_REPORTS.append(report)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for report in _RERUN_REPORTS:
+        terminalreporter.write_sep("-", f"first failure of {report.nodeid} (then rerun)")
+        text = report.longreprtext
+        terminalreporter.write_line(text if len(text) <= RERUN_REPORT_CHARS else "[...]\n" + text[-RERUN_REPORT_CHARS:])
