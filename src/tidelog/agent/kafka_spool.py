@@ -78,7 +78,7 @@ from tidelog.agent.config import AgentConfig
 from tidelog.agent.files import Generation, Source
 from tidelog.agent.lines import Line
 from tidelog.agent.local_positions import LocalPositions
-from tidelog.agent.outage_spool import Handoff, OutageSpool, Pending, open_spool
+from tidelog.agent.outage_spool import Handoff, OutageSpool, Pending, handoff_of, open_spool
 from tidelog.agent.positions import PositionsError, SavedSource
 from tidelog.agent.shipper import Agent, AgentError, record_headers
 from tidelog.clients.transactional import send
@@ -404,12 +404,7 @@ class SpoolingAgent(Agent):
 
         A write the disk refuses (full) rewinds the sources instead: the files keep the lines."""
         assert self.spool is not None
-        handoff = Handoff(time_ms=int(time.time() * 1000))
-        for source in self._dirty:
-            handoff.states[source.source_id] = self._state(source)
-            lines = self._pending.get(source)
-            if lines:
-                handoff.lines[source.source_id] = (source.group.topic, lines)
+        handoff = handoff_of(self._dirty, self._state, self._pending, int(time.time() * 1000))
         try:
             self.spool.append(handoff)
         except (OSError, TidelogKafkaError) as exc:

@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tidelog.agent.files import Source
 from tidelog.agent.lines import Line
 from tidelog.agent.shipper import AgentError
 from tidelog.clients.errors import SpoolLockedError
@@ -71,6 +72,18 @@ class Handoff:
     states: dict[str, str] = field(default_factory=dict)  # source id -> position record (JSON)
     next_offset: int = 0  # the spool offset after this batch (read back only)
     time_ms: int = 0  # when the lines were read (epoch ms); 0: unknown
+
+
+def handoff_of(dirty: Iterable[Source], state_of: Callable[[Source], str],
+               pending: Mapping[Source, list[Pending]], time_ms: int = 0) -> Handoff:
+    """The hand-off of a commit point: every dirty source's position record and its pending lines."""
+    handoff = Handoff(time_ms=time_ms)
+    for source in dirty:
+        handoff.states[source.source_id] = state_of(source)
+        lines = pending.get(source)
+        if lines:
+            handoff.lines[source.source_id] = (source.group.topic, lines)
+    return handoff
 
 
 def _line_record(source_id: str, topic: str, line: Pending, time_ms: int) -> SpooledRecord:

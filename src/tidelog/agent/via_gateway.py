@@ -44,7 +44,7 @@ from tidelog.agent.config import AgentConfig
 from tidelog.agent.files import Generation, Source
 from tidelog.agent.gateway_client import GatewayClient, GatewayRejected, Outcome
 from tidelog.agent.lines import Line
-from tidelog.agent.outage_spool import Handoff, OutageSpool, Pending, open_spool
+from tidelog.agent.outage_spool import OutageSpool, Pending, handoff_of, open_spool
 from tidelog.agent.shipper import Agent, AgentError
 from tidelog.common.errors import KafkaError as TidelogKafkaError
 
@@ -172,12 +172,7 @@ class GatewayAgent(Agent):
         A write the disk refuses (full) keeps the lines in memory and the positions where they are;
         reading stops until a later write succeeds, as with a full spool."""
         assert self.spool is not None
-        handoff = Handoff()
-        for source in self._dirty:
-            handoff.states[source.source_id] = self._state(source)
-            lines = self._pending.get(source)
-            if lines:
-                handoff.lines[source.source_id] = (source.group.topic, lines)
+        handoff = handoff_of(self._dirty, self._state, self._pending)
         try:
             self.spool.append(handoff)
         except (OSError, TidelogKafkaError) as exc:
