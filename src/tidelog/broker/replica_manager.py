@@ -411,12 +411,6 @@ class ReplicaManager:
         current = topic.partitions[tp[1]] if topic is not None and tp[1] < len(topic.partitions) else None
         if current is None or current.partition_epoch != proposal.partition_epoch or current.leader != self.node_id:
             state.proposal_failed()
-            plog = self.logs.get_log(*tp)
-            if (current is not None and plog is not None and current.leader == self.node_id
-                    and current.leader_epoch == state.leader_epoch and current.partition_epoch > state.partition_epoch):
-                # The store moved on without this leader hearing of it: take its ISR, propose from there.
-                self._set_high_watermark(tp, plog, state.isr_committed(current.isr, current.partition_epoch,
-                                                                       plog.log_end_offset))
             return
         joining = set(proposal.isr) - set(current.isr)
         if any(broker not in self.store.image.brokers for broker in joining):
