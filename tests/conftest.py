@@ -32,14 +32,29 @@ def fresh_broker(tmp_path: Path, pytestconfig: pytest.Config) -> Iterator[Callab
 
 
 # -- reruns (scripts/test: --reruns 1): the first failure of a test that passed on its rerun is printed
-# at the end, so that a green run still shows what went wrong (docs/dev/testing.md).
+# at the end, so that a green run still shows what went wrong (docs/dev/testing.md). Every failed or
+# rerun attempt also gets one "recap:" line (outcome, test, first error line), which scripts/test
+# prints last of all: CI shows only a run's tail, and a rerun's error can hide the first one's.
 _RERUN_REPORTS: list[pytest.TestReport] = []
+_RECAP: list[str] = []
 RERUN_REPORT_CHARS = 4000
+RECAP_LINE_CHARS = 400
+
+
+def first_error_line(text: str) -> str:
+    errors = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
+    lines = errors or [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else "(no report)"
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.outcome == "rerun" and report.longrepr is not None:
         _RERUN_REPORTS.append(report)
+    if report.outcome in ("rerun", "failed") and report.longrepr is not None:
+        outcome = "RERUN" if report.outcome == "rerun" else "FAILED"
+        where = "" if report.when == "call" else f" ({report.when})"
+        line = f"recap: {outcome} {report.nodeid}{where}: {first_error_line(report.longreprtext)}"
+        _RECAP.append(line[:RECAP_LINE_CHARS])
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -47,3 +62,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_sep("-", f"first failure of {report.nodeid} (then rerun)")
         text = report.longreprtext
         terminalreporter.write_line(text if len(text) <= RERUN_REPORT_CHARS else "[...]\n" + text[-RERUN_REPORT_CHARS:])
+    for line in _RECAP:
+        terminalreporter.write_line(line)
