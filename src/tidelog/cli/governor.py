@@ -52,6 +52,7 @@ examples:
   tidelog governor execute --plan drain-3.json
   tidelog governor status
   tidelog governor pause --reason "black friday"; tidelog governor resume
+  tidelog governor cancel --reason "wrong plan"
   tidelog governor drain 3; tidelog governor undrain 3
   tidelog governor plan --new-topic clicks --partitions 12 --replication-factor 3 --bytes-in 20000000
   tidelog governor run --override governor.listen.port=8095 --override governor.auto.balance=true
@@ -97,6 +98,9 @@ def add_parser(sub: Any) -> None:
     pause = command("pause", "start no new moves (in-flight ones finish under their throttle)", _pause)
     pause.add_argument("--reason", default="paused by the operator")
     command("resume", "lift a pause (the operator's or the circuit breaker's)", _resume)
+    cancel = command("cancel", "end the running plan: in-flight moves cancelled (their replicas restored), "
+                               "pending ones dropped, throttles removed", _cancel)
+    cancel.add_argument("--reason", default="no reason given")
     for name, help_, func in (("drain", "move every replica and leadership off brokers (decommission)", _drain),
                               ("undrain", "take brokers back and move load onto them (recommission)", _undrain)):
         p = command(name, help_, func)
@@ -380,6 +384,23 @@ def _pause(args: argparse.Namespace, paused: bool = True) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     return _pause(args, paused=False)
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    engine = _engine(load(args))
+
+    async def main() -> str | None:
+        await engine.observe()
+        return await engine.cancel_plan(args.reason)
+
+    cancelled = _run_async(main())
+    if cancelled is None:
+        Output().line("no plan running")
+        return 0
+    last = engine.stored.get("last") or {}
+    Output().line(f"plan {cancelled} cancelled: {last.get('cancelled', 0)} of {last.get('moves', 0)} moves not done; "
+                  + ("throttles removed" if last.get("throttled", True) else "it moved unthrottled"))
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:

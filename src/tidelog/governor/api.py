@@ -9,6 +9,8 @@
   "leadershipOnly": false, "execute": false}`` (``leadershipOnly``: preferred-leader changes only); with ``"execute": true`` it is stored and the service starts carrying it out
   (409 ``PLAN_IN_PROGRESS`` while another plan runs, 422 ``HARD_GOALS_UNMET`` when it breaks one);
 - ``POST /v1/pause`` (body ``{"reason": "..."}``) and ``POST /v1/resume``;
+- ``POST /v1/cancel`` (body ``{"reason": "..."}``): end the running plan (in-flight moves cancelled,
+  pending ones dropped, throttles removed); 409 ``NO_PLAN`` when none runs;
 - ``GET /metrics`` (Prometheus): ``tidelog_governor_moves{state}``, ``tidelog_governor_paused``,
   ``tidelog_governor_excluded_brokers``, ``tidelog_governor_plan_bytes{kind=total|done}``,
   ``tidelog_governor_rounds_total``, plus the web stack's request metrics.
@@ -37,7 +39,8 @@ class GovernorApi:
     def routes(self) -> list[Route]:
         return [Route("/v1/state", self.state, methods=["GET"]), Route("/v1/moves", self.moves, methods=["GET"]),
                 Route("/v1/events", self.events, methods=["GET"]), Route("/v1/plans", self.plans, methods=["POST"]),
-                Route("/v1/pause", self.pause, methods=["POST"]), Route("/v1/resume", self.resume, methods=["POST"])]
+                Route("/v1/pause", self.pause, methods=["POST"]), Route("/v1/resume", self.resume, methods=["POST"]),
+                Route("/v1/cancel", self.cancel, methods=["POST"])]
 
     def _ready(self) -> None:
         if self.engine.model is None:
@@ -90,6 +93,14 @@ class GovernorApi:
         await self.engine.set_control(paused=False, pausedBy="", reason="")
         self.engine.event("resume", "resumed by the operator")
         return JSONResponse({"control": self.engine.control})
+
+    async def cancel(self, request: Request) -> Response:
+        self._ready()
+        body = await self._body(request)
+        cancelled = await self.engine.cancel_plan(str(body.get("reason") or "cancelled through the API"))
+        if cancelled is None:
+            raise ApiError(409, "NO_PLAN", "no plan is running")
+        return JSONResponse({"cancelled": cancelled, "last": self.engine.stored.get("last")})
 
 
 def watch(engine: Engine, registry: Registry) -> None:

@@ -65,6 +65,8 @@ class Engine:
         self._scrapes: dict[int, Scrape] = {}
         self._healthy_since_ms: int | None = None
         self.rounds = 0
+        # a round and an operator's cancel (the service's API) never interleave: both rewrite the plan
+        self.acting = asyncio.Lock()
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -175,6 +177,10 @@ class Engine:
     # -- one round ---------------------------------------------------------------------------------
 
     async def tick(self) -> None:
+        async with self.acting:
+            await self._round()
+
+    async def _round(self) -> None:
         self.rounds += 1
         try:
             model = await self.observe()
@@ -342,6 +348,27 @@ class Engine:
             return
         self.event("done", f"plan {stored['id']} finished: {len(done) - len(cancelled)} moves done, "
                    f"{len(cancelled)} cancelled; " + ("throttles removed" if not refused else "moved unthrottled"))
+
+    async def cancel_plan(self, reason: str) -> str | None:
+        """The operator ends the stored plan now (``governor cancel``, ``POST /v1/cancel``): its in-flight
+        moves are cancelled (the cluster restores their replicas), the pending ones dropped, the
+        throttles removed and a circuit breaker's pause lifted (an operator's pause stays). Needs a
+        round's snapshot; answers the plan's id, or None when no plan was running."""
+        async with self.acting:
+            return await self._cancel_plan(reason)
+
+    async def _cancel_plan(self, reason: str) -> str | None:
+        stored, snap = self.stored.get("plan"), self.snapshot
+        if not stored:
+            return None
+        assert snap is not None, "observe() first"
+        cancelled = {(str(t), int(p)) for t, p in stored.get("cancelled", [])}
+        done, flying, _ = classify(self.current_moves(), {k: p.replicas for k, p in snap.partitions.items()},
+                                   snap.reassigning, cancelled)
+        await self._abort(stored, done, flying, cancelled, f"cancelled by the operator: {reason}")
+        if self.control["pausedBy"] == "breaker":
+            await self.set_control(paused=False, pausedBy="", reason="")
+        return str(stored["id"])
 
     async def _abort(self, stored: dict[str, Any], done: Sequence[PartitionMove], flying: Sequence[PartitionMove],
                      cancelled: set[tuple[str, int]], error: str) -> None:

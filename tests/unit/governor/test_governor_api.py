@@ -90,6 +90,19 @@ def test_pause_and_resume_write_the_control_record_and_the_metric() -> None:
     assert "tidelog_governor_paused 0" in http.get("/metrics").text
 
 
+def test_cancel_ends_the_running_plan_and_without_one_answers_no_plan() -> None:
+    http, engine, store = client()
+    asyncio.run(engine.tick())
+    none = http.post("/v1/cancel", json={})
+    assert none.status_code == 409 and none.json()["error"]["code"] == "NO_PLAN"
+    plan_id = http.post("/v1/plans", json={"execute": True}).json()["id"]
+    asyncio.run(engine.tick())  # the first moves start
+    answer = http.post("/v1/cancel", json={"reason": "not today"})
+    assert answer.status_code == 200 and answer.json()["cancelled"] == plan_id, answer.text
+    assert answer.json()["last"]["error"] == "cancelled by the operator: not today"
+    assert "plan" not in store.records and http.get("/v1/moves").json()["moves"] == []
+
+
 def test_a_body_that_is_not_json_is_refused() -> None:
     http, engine, _ = client()
     asyncio.run(engine.tick())

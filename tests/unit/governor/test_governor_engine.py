@@ -137,6 +137,41 @@ def test_a_plan_whose_moves_all_finished_ends_though_the_breaker_paused_it() -> 
     assert any(e_["kind"] == "done" for e_ in e.events)
 
 
+def test_the_operator_cancels_a_plan_paused_by_the_breaker_and_the_next_plan_can_start() -> None:
+    cluster, store = skewed(), FakeStore()
+    cluster.rounds = 5
+    for p, replicas in enumerate([(1, 3), (2, 4), (3, 1), (4, 2)]):
+        cluster.partitions[("other", p)] = PartitionState(replicas, frozenset(replicas), replicas[0])
+    e = engine(cluster, store, **{"governor.auto.balance": "true"})
+    run(e, 2)
+    in_flight, plan_id = set(cluster.moving), store.records["plan"]["id"]
+    assert in_flight and len(in_flight) < len(store.records["plan"]["moves"])  # some still pending
+    planned = {(m["topic"], m["partition"]) for m in store.records["plan"]["moves"]}
+    cluster.urp = {sorted(set(cluster.partitions) - planned)[0]}
+    run(e, 1)
+    assert store.records["control"]["pausedBy"] == "breaker"
+    assert asyncio.run(e.cancel_plan("wrong plan")) == plan_id
+    assert set(cluster.cancelled) == in_flight and not cluster.moving
+    last = store.records["last"]
+    assert "plan" not in store.records and last["id"] == plan_id and last["error"] == "cancelled by the operator: wrong plan"
+    assert last["cancelled"] == last["moves"] and cluster.throttles == Throttles({}, frozenset())
+    assert not store.records["control"]["paused"]  # the breaker's pause went with its plan
+    assert asyncio.run(e.cancel_plan("again")) is None
+    cluster.urp = set()
+    run(e, 1)
+    assert store.records["plan"]["id"] != plan_id  # auto-balance plans again
+
+
+def test_an_operator_pause_outlives_a_cancelled_plan() -> None:
+    cluster, store = skewed(), FakeStore()
+    e = engine(cluster, store, **{"governor.auto.balance": "true"})
+    run(e, 1)
+    store.write("control", {"paused": True, "pausedBy": "operator", "reason": "freeze", "drained": []})
+    run(e, 1)
+    assert asyncio.run(e.cancel_plan("freeze first")) is not None
+    assert store.records["control"] == {"paused": True, "pausedBy": "operator", "reason": "freeze", "drained": []}
+
+
 def test_a_move_without_progress_past_the_deadline_is_cancelled() -> None:
     cluster, store = skewed(), FakeStore()
     cluster.stuck = True
