@@ -29,6 +29,7 @@ docs/cluster.md ("Faults").
 
 from __future__ import annotations
 
+import logging
 import struct
 import threading
 import time
@@ -102,10 +103,14 @@ class _ProducerThread(threading.Thread):
 
     def run(self) -> None:
         c = self.checker
-        producer = Producer({
+        config: dict[str, object] = {
             "bootstrap.servers": c.bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
             "message.timeout.ms": 120_000, "client.id": f"checker-{self.number}", **QUIET,
-        })
+        }
+        if c.client_log is not None:
+            # librdkafka's idempotence story (PIDs, epoch bumps and why, drains) into the file
+            config |= {"debug": "eos", "log_level": 7, "logger": c.client_logger(self.number)}
+        producer = Producer(config)
         interval = 1.0 / c.rate
         next_at = time.monotonic()
         while not c._stop.is_set():
@@ -120,8 +125,11 @@ class _ProducerThread(threading.Thread):
 
 
 class Checker:
-    def __init__(self, bootstrap: str, topic: str, partitions: int, *, producers: int = 3, rate: float = 150.0) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int, *, producers: int = 3, rate: float = 150.0,
+                 client_log: Path | None = None) -> None:
         self.bootstrap = bootstrap
+        self.client_log = client_log  # the producers' librdkafka eos debug lines go here when set
+        self._log_handler: logging.Handler | None = None
         self.topic = topic
         self.partitions = partitions
         self.rate = rate  # records per second per producer
@@ -137,6 +145,18 @@ class Checker:
         self.stopped_at = 0.0
 
     # -- the run ------------------------------------------------------------------------------------
+
+    def client_logger(self, number: int) -> logging.Logger:
+        assert self.client_log is not None
+        if self._log_handler is None:
+            self._log_handler = logging.FileHandler(self.client_log)
+            self._log_handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+        logger = logging.getLogger(f"checker-{self.client_log.parent.name}-{number}")
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        if self._log_handler not in logger.handlers:
+            logger.addHandler(self._log_handler)
+        return logger
 
     def start(self) -> Checker:
         self.started_at = time.monotonic()
@@ -170,6 +190,8 @@ class Checker:
             thread.join(180)
         self.stopped_at = time.monotonic()
         self._poller.join(10)
+        if self._log_handler is not None:
+            self._log_handler.close()
 
     def _delivered(self, error: KafkaError | None, message: Message) -> None:
         value = message.value()

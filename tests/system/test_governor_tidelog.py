@@ -134,7 +134,8 @@ def test_governor_evens_tidelog_disks_under_traffic_with_no_loss_duplicate_or_st
     # first test of the module: this topic is the cluster's skew. The checker's records only: it reads
     # the topic back whole
     topic = skewed_topic(cluster, records=0)
-    checker = Checker(cluster.bootstrap, topic, 8, producers=2, rate=60).start()
+    checker = Checker(cluster.bootstrap, topic, 8, producers=2, rate=60,
+                      client_log=cluster.workdir / "producers-eos.log").start()
     try:
         checker.wait_for_acks(150, since=checker.started_at)
         run = run_cli(capsys, "governor", "execute", "-b", cluster.bootstrap, *FAST)

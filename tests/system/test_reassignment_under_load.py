@@ -133,7 +133,8 @@ def moving(admin: KafkaAdminClient, topic: str) -> set[int]:
 def test_moves_under_load_lose_nothing_and_survive_a_controller_kill(cluster: Cluster, tmp_path: Path) -> None:
     topic = "moving-load"
     cluster.create_topic(topic, PARTITIONS, 2)
-    checker = Checker(cluster.bootstrap, topic, PARTITIONS, producers=2, rate=50.0).start()
+    checker = Checker(cluster.bootstrap, topic, PARTITIONS, producers=2, rate=50.0,
+                      client_log=tmp_path / "producers-eos.log").start()
     reader = GapConsumer(cluster.bootstrap, topic)
     reader.start()
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=10000)

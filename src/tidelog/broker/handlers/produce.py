@@ -60,6 +60,9 @@ NO_LOG_START = frozenset({
     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ErrorCode.INVALID_REQUIRED_ACKS,
 })
 
+SEQUENCE_ERRORS = frozenset({ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.INVALID_PRODUCER_EPOCH,
+                             ErrorCode.UNKNOWN_PRODUCER_ID})
+
 
 def _append_one(
     ctx: BrokerContext, conn: ConnectionInfo, topic: str, pdata: Any, acks: int, denied: ErrorCode | KafkaError | None,
@@ -121,6 +124,11 @@ def _append_one(
             record_errors = tuple(exc.record_errors)
         if exc.code is ErrorCode.KAFKA_STORAGE_ERROR:
             log.error("produce to %s-%d failed: %s", topic, pdata.index, exc)
+        elif exc.code in SEQUENCE_ERRORS and plog is not None:
+            # rare, and what an idempotent producer answers with an epoch bump (or a fatal error):
+            # kept in the log with where the partition stood, to tell a client's gap from ours
+            log.warning("produce to %s-%d from %s refused: %s: %s (log end %d, high watermark %d)", topic,
+                        pdata.index, conn.peer, exc.code.name, exc.message, plog.log_end_offset, plog.high_watermark)
     except Exception:
         log.exception("produce to %s-%d from %s failed", topic, pdata.index, conn.peer)
         error = ErrorCode.UNKNOWN_SERVER_ERROR
