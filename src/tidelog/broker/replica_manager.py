@@ -27,7 +27,13 @@ the ISR the same way (``may_repair``), then its fetcher truncates and refetches:
 high watermark, and no ISR member may lack a committed record.
 
 Producers waiting for acks=all wait here (``wait_for_high_watermark``) until the high watermark passes
-their batch. A broker whose metadata lease is in doubt (``store.lease_valid()`` false: no renewal for
+their batch. A wait names the *tenure* under which its batch was appended (``tenure``, taken in the
+same turn of the event loop as the append): a tenure is one unbroken stretch of leadership, across
+leader epochs, and ends when the broker stops leading (it may truncate as a follower afterwards). The
+produce path awaits between its append and its wait (rolls, flushes, a turn for woken fetches), and
+leadership can move in between: such a wait answers NOT_LEADER_OR_FOLLOWER at once (the client retries
+at the new leader, whose producer state knows the batch), where it used to wait for a high watermark
+this broker no longer moves until the request timed out (30 s of librdkafka's request.timeout.ms). A broker whose metadata lease is in doubt (``store.lease_valid()`` false: no renewal for
 ``broker.session.timeout.ms`` minus two heartbeats) refuses writes as leader, so it stops acting as
 leader before the controller can elect another (the timing argument: docs/dev/cluster-design.md).
 """
@@ -35,11 +41,12 @@ leader before the controller can elect another (the timing argument: docs/dev/cl
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Literal, Protocol
 
 from tidelog.common.config import RACK_AWARE_SELECTOR, BrokerConfig
 from tidelog.common.errors import ErrorCode, KafkaError
@@ -111,6 +118,8 @@ class ReplicaManager:
         self.followed: dict[TopicPartition, int] = {}
         self.fetchers: dict[int, FollowerFetcher] = {}
         self.waiters: dict[TopicPartition, list[Waiter]] = {}
+        self._tenures: dict[TopicPartition, int] = {}  # the current tenure of each partition led here
+        self._next_tenure = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
         self._lag_task: asyncio.Task[None] | None = None
         self._fenced = False
@@ -227,6 +236,8 @@ class ReplicaManager:
             return
         self._unfollow(tp)
         plog.begin_leader_epoch(partition.leader_epoch)
+        if current is None:  # a new tenure; a new epoch of an unbroken leadership keeps its tenure
+            self._tenures[tp] = next(self._next_tenure)
         self.leaders[tp] = LeaderState.become_leader(
             self.node_id, partition.leader_epoch, partition.partition_epoch, partition.replicas, partition.isr,
             plog.log_end_offset, plog.high_watermark, self.now_ms(), self.lag_time_max_ms,
@@ -382,10 +393,26 @@ class ReplicaManager:
         else:
             del self.waiters[tp]
 
-    async def wait_for_high_watermark(self, tp: TopicPartition, required_offset: int, timeout_ms: int) -> ErrorCode:
-        """acks=all: wait until the high watermark reaches ``required_offset`` (the batch's end)."""
+    def tenure(self, tp: TopicPartition) -> int | None:
+        """The current tenure of a partition led here (None if not led here): what an acks=all append
+        hands to :meth:`wait_for_high_watermark`."""
+        return self._tenures.get(tp) if tp in self.leaders else None
+
+    def wait_for_high_watermark(self, tp: TopicPartition, required_offset: int, timeout_ms: int,
+                                tenure: int | Literal["now"] | None = "now") -> Awaitable[ErrorCode]:
+        """acks=all: wait until the high watermark reaches ``required_offset`` (the batch's end), the batch
+        having been appended in ``tenure`` ("now": the current one, taken at this call, before any
+        await: right for a caller that appended in this same turn of the event loop);
+        NOT_LEADER_OR_FOLLOWER at once when that tenure is over."""
+        return self._wait_for_high_watermark(tp, required_offset, timeout_ms,
+                                             self.tenure(tp) if tenure == "now" else tenure)
+
+    async def _wait_for_high_watermark(self, tp: TopicPartition, required_offset: int, timeout_ms: int,
+                                       tenure: int | None) -> ErrorCode:
+        if tenure is None or tp not in self.leaders or self._tenures.get(tp) != tenure:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         plog = self.logs.get_log(*tp)
-        if plog is not None and plog.high_watermark >= required_offset and tp in self.leaders:
+        if plog is not None and plog.high_watermark >= required_offset:
             return ErrorCode.NONE
         future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
         self.waiters.setdefault(tp, []).append(Waiter(required_offset, future))

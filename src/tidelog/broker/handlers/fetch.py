@@ -377,12 +377,15 @@ def _follower_fetched(
 
 
 def _leader_throttled(ctx: BrokerContext, tp: TopicPartition, replica: int) -> bool:
-    """KIP-73's leader side: a listed partition, a follower outside the ISR, the leader quota exceeded."""
+    """KIP-73's leader side: a listed partition, a follower outside the ISR, the leader quota exceeded.
+
+    The ISR here is the maximal one: a follower whose addition is being written already holds back the
+    high watermark, so withholding its data would stall acks=all writes until the write lands."""
     throttles = ctx.throttles
     if throttles is None or ctx.replicas is None:
         return False
     state = ctx.replicas.leaders.get(tp)
-    return throttles.throttled(LEADER, tp, in_sync=state is None or replica in state.isr)
+    return throttles.throttled(LEADER, tp, in_sync=state is None or replica in state.maximal_isr)
 
 
 def _unreadable(ctx: BrokerContext, conn: ConnectionInfo, request: Any, tps: list[TopicPartition]) -> frozenset[str]:

@@ -66,12 +66,13 @@ SEQUENCE_ERRORS = frozenset({ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.I
 
 def _append_one(
     ctx: BrokerContext, conn: ConnectionInfo, topic: str, pdata: Any, acks: int, denied: ErrorCode | KafkaError | None,
-    to_flush: list[PartitionLog], woken: list[bool], replicated: list[tuple[int, int]],
+    to_flush: list[PartitionLog], woken: list[bool], replicated: list[tuple[int, int, int | None]],
     prepared: PreparedAppend | KafkaError | None = None,
 ) -> ProducePartitionResult:
     """Append one partition's batches; every failure becomes that partition's error code alone.
 
-    In a cluster with acks=all, ``replicated`` gets (partition, offset the high watermark must reach)."""
+    In a cluster with acks=all, ``replicated`` gets (partition, offset the high watermark must reach,
+    the leader's tenure it was appended in)."""
     plog: PartitionLog | None = None
     message: str | None = None
     record_errors: tuple[tuple[int, str | None], ...] = ()
@@ -107,7 +108,7 @@ def _append_one(
         if replicas is not None:
             replicas.appended((topic, pdata.index), plog)
             if acks == -1:
-                replicated.append((pdata.index, info.last_offset + 1))
+                replicated.append((pdata.index, info.last_offset + 1, replicas.tenure((topic, pdata.index))))
         if info.needs_flush:
             to_flush.append(plog)
         if not info.duplicate:
@@ -192,7 +193,7 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
     to_flush: list[PartitionLog] = []
     woken = [False]  # set when an append woke a waiting fetch
     topics: list[tuple[str, Any, list[ProducePartitionResult]]] = []
-    waits: list[tuple[str, list[ProducePartitionResult], list[tuple[int, int]]]] = []
+    waits: list[tuple[str, list[ProducePartitionResult], list[tuple[int, int, int | None]]]] = []
     transactional_id = getattr(request, "transactional_id", None)
     txn_denied = transactional_id is not None and not authorize(ctx, conn, Op.WRITE, TRANSACTIONAL_ID, transactional_id)
     for topic_data in request.topic_data:
@@ -209,7 +210,7 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
                                 f"topic {name} is a mirror destination written only by mirror link {link} "
                                 f"({MIRROR_SOURCE}); remove {MIRROR_SOURCE} to produce to it")
         partitions = []
-        replicated: list[tuple[int, int]] = []
+        replicated: list[tuple[int, int, int | None]] = []
         for pdata in topic_data.partition_data:
             refused: ErrorCode | KafkaError | None = denied
             if transactional_id is not None and refused is None:
@@ -266,14 +267,15 @@ def _record_quota(ctx: BrokerContext, conn: ConnectionInfo) -> None:
 
 
 async def _wait_for_replication(
-    ctx: BrokerContext, waits: list[tuple[str, list[ProducePartitionResult], list[tuple[int, int]]]], timeout_ms: float,
+    ctx: BrokerContext, waits: list[tuple[str, list[ProducePartitionResult], list[tuple[int, int, int | None]]]],
+    timeout_ms: float,
 ) -> None:
     """acks=all in a cluster: each appended partition's answer waits for its high watermark."""
     replicas = ctx.replicas
     assert replicas is not None
     pending = [
-        (results, index, replicas.wait_for_high_watermark((topic, index), required, int(timeout_ms)))
-        for topic, results, replicated in waits for index, required in replicated
+        (results, index, replicas.wait_for_high_watermark((topic, index), required, int(timeout_ms), tenure))
+        for topic, results, replicated in waits for index, required, tenure in replicated
     ]
     outcomes = await asyncio.gather(*(wait for _, _, wait in pending))
     for (results, index, _), error in zip(pending, outcomes, strict=True):
