@@ -4,6 +4,7 @@ with two log dirs.
 - ``--execute --throttle`` sets Kafka's throttle configs for the move (the topic's leader/follower
   throttled-replica lists, the rates on the brokers involved and on no other), they hold the copy back
   while it runs, ``--verify`` keeps them while the move is in progress and removes them once it is done;
+  another ``--execute`` meanwhile is refused unless ``--additional``, as Kafka's tool does;
 - ``log-dirs move --wait`` moves a replica to broker 1's other dir while ``log-dirs list`` shows the
   future replica and its progress;
 - a reassignment JSON naming a log dir puts the new replica in that dir, and ``--verify`` says so;
@@ -114,6 +115,19 @@ def test_execute_throttle_sets_kafkas_throttles_for_the_move_and_verify_removes_
     assert throttle_configs(admin, ResourceType.BROKER, "2") == rates
     assert sorted(cluster.partition(topic, 0)[1]) == [1, 2]  # the new replica is still being filled
 
+    # Another plan while this move runs: refused without --additional (Kafka's tool refuses too).
+    other = "cli-additional"
+    create_on(cluster, other, [1], 4)
+    second = plan_file(tmp_path, other, [3])
+    refused = cli(capsys, cluster, "partitions", "reassign", "--execute", "--reassignment-json-file", second)
+    assert refused.code == 1 and "1 partition move(s) already in progress" in refused.err, refused
+    assert "--additional" in refused.err and "Successfully started" not in refused.out
+    assert cluster.partition(other, 0)[1] == [1]
+    added = cli(capsys, cluster, "partitions", "reassign", "--execute", "--reassignment-json-file", second,
+                "--additional")
+    assert added.code == 0 and f"Successfully started partition reassignments for {other}-0" in added.out, added
+    wait_for(lambda: cluster.partition(other, 0)[1] == [3], "the additional move (not throttled) completes")
+
     # Lift the rate (as an operator would) and let the move finish; then verify clears everything.
     for broker in ("1", "2"):
         assert cli(capsys, cluster, "configs", "alter", "--entity-type", "brokers", "--entity-name", broker,
@@ -139,6 +153,9 @@ def test_throttle_options_refuse_a_negative_rate_and_another_mode(
     wrong_mode = cli(capsys, cluster, "partitions", "reassign", "--verify", "--reassignment-json-file", plan,
                      "--throttle", "5")
     assert wrong_mode.code == 2 and "goes with --execute" in wrong_mode.err
+    additional = cli(capsys, cluster, "partitions", "reassign", "--verify", "--reassignment-json-file", plan,
+                     "--additional")
+    assert additional.code == 2 and "--additional goes with --execute" in additional.err
 
 
 def where(capsys: pytest.CaptureFixture[str], cluster: Cluster, topic: str) -> list[dict[str, object]]:

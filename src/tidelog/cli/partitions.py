@@ -3,7 +3,7 @@
 ``reassign --generate`` proposes an assignment of the topics in a topics-to-move JSON over a broker list
 (Kafka's rack-aware placement); ``--execute`` starts the moves of a reassignment JSON
 (AlterPartitionReassignments) after printing the current assignment for rollback, and with ``--wait``
-follows them to the end; ``--verify`` says, per partition, whether its move completed; ``--cancel``
+follows them to the end (refused while other moves are in progress, unless ``--additional``: Kafka's rule); ``--verify`` says, per partition, whether its move completed; ``--cancel``
 cancels the moves of the listed partitions (their original replicas come back). The JSON formats are
 Kafka's (``cli.reassign_plan``), so either tool reads the other's files.
 
@@ -96,6 +96,10 @@ def add_parser(sub: Any) -> None:
     reassign.add_argument("--replica-alter-log-dirs-throttle", type=int, metavar="BYTES_PER_SEC",
                           help="with --execute: bound the copies of log-dir moves (replica.alter.log.dirs.io.max.bytes."
                                "per.second on their brokers)")
+    reassign.add_argument("--additional", action="store_true",
+                          help="with --execute: start these moves although others are in progress (refused "
+                               "otherwise, as Kafka's tool does); also the way to change the throttle of moves "
+                               "in progress, by submitting them again")
     reassign.add_argument("--preserve-throttles", action="store_true",
                           help="with --verify: leave the throttles in place when the moves are done")
     listing = command("list-reassignments", "moves in progress, with bytes copied", _list)
@@ -153,6 +157,8 @@ def _check_throttle_options(args: argparse.Namespace) -> None:
             raise CliError(f"{flag} {value}: a rate is at least 0 bytes/s", 2)
     if args.preserve_throttles and not args.verify:
         raise CliError("--preserve-throttles goes with --verify", 2)
+    if args.additional and not args.execute:
+        raise CliError("--additional goes with --execute", 2)
 
 
 def _reassign(args: argparse.Namespace) -> int:
@@ -196,12 +202,18 @@ def _execute(args: argparse.Namespace, plan: Assignment, dirs: ReplicaDirs) -> i
     missing = sorted(tp for tp in plan if tp not in current)
     if missing:
         raise CliError("partitions that do not exist: " + ", ".join(f"{t}-{p}" for t, p in missing))
+    wire = wire_of(args)
+    in_progress = reassign_calls.ongoing(wire)
+    if in_progress and not args.additional:
+        # Kafka's tool refuses too: a second plan started over a first one is more often a mistake
+        raise CliError(f"{len(in_progress)} partition move(s) already in progress (see list-reassignments): "
+                       "nothing started; add --additional to start these moves as well, or to change the "
+                       "throttle of those in progress by submitting them again")
     print("Current partition replica assignment")
     print()
     print(dumps({tp: current[tp] for tp in plan}))
     print()
     print("Save this to use as the --reassignment-json-file option during rollback")
-    wire = wire_of(args)
     if args.replica_alter_log_dirs_throttle is not None and not dirs:
         print("--replica-alter-log-dirs-throttle: the plan names no log dir, so no log dir move is throttled",
               file=sys.stderr)
@@ -211,7 +223,7 @@ def _execute(args: argparse.Namespace, plan: Assignment, dirs: ReplicaDirs) -> i
         print(reassign_throttles.VERIFY_WARNING)
         admin = admin_client(args)
         if args.throttle is not None:
-            limits = throttle_plan(current, reassign_calls.ongoing(wire), plan)
+            limits = throttle_plan(current, in_progress, plan)
             reassign_throttles.set_replication_throttle(admin, limits, args.throttle, args)
         if args.replica_alter_log_dirs_throttle is not None and dirs:
             reassign_throttles.set_log_dir_throttle(admin, {b for _, _, b in dirs}, args.replica_alter_log_dirs_throttle, args)
