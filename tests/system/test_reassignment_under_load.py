@@ -125,11 +125,6 @@ def moving(admin: KafkaAdminClient, topic: str) -> set[int]:
     return {tp.partition for tp in admin.list_partition_reassignments() if tp.topic == topic}
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known open defect (issue 17, docs/dev/testing.md): with moves running and the controller killed, "
-    "ci20 saw 2 duplicated records (idempotent producers) when a just-added replica became leader, "
-    "and a 29 s write stall starting when the killed broker returned. Kept running so every result "
-    "shows (XFAIL / XPASS) until it is fixed."))
 def test_moves_under_load_lose_nothing_and_survive_a_controller_kill(cluster: Cluster, tmp_path: Path) -> None:
     topic = "moving-load"
     cluster.create_topic(topic, PARTITIONS, 2)
