@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tidelog.broker.context import BrokerContext, ConnectionInfo
+from tidelog.common.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclBinding, AclOperation, ResourceType
+from tidelog.common.acl_authorizer import operations_bitfield
 from tidelog.metadata.image import AclEntry
 from tidelog.security.access import Action
-from tidelog.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclBinding, AclOperation, ResourceType
-from tidelog.security.authorizer import operations_bitfield
 
 __all__ = [
     "CLUSTER",

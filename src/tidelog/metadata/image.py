@@ -114,7 +114,7 @@ class TopicImage:
 class AclEntry:
     """One ACL as Kafka's metadata stores it (AccessControlEntryRecord): wire codes and strings.
 
-    The codes are ``tidelog.security.acl``'s enums (resource type 2 = TOPIC, pattern 3 = LITERAL,
+    The codes are ``tidelog.common.acl``'s enums (resource type 2 = TOPIC, pattern 3 = LITERAL,
     4 = PREFIXED, operation 3 = READ, permission 2 = DENY, 3 = ALLOW, ...).
     """
 

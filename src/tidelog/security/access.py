@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from tidelog.security.acl import AclOperation, AclRecord, ResourceType
+from tidelog.common.acl import AclOperation, AclRecord, ResourceType
+from tidelog.common.acl_authorizer import Authorizer
 from tidelog.security.audit import AuditLog
-from tidelog.security.authorizer import Authorizer
 
 denials = logging.getLogger("tidelog.authorizer")
 

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from tidelog.security.acl import (
+from tidelog.common.acl import (
     IMPLIES_DESCRIBE,
     IMPLIES_DESCRIBE_CONFIGS,
     WILDCARD,
@@ -50,7 +50,7 @@ from tidelog.security.acl import (
     PatternType,
     ResourceType,
 )
-from tidelog.security.authorizer import Authorizer
+from tidelog.common.acl_authorizer import Authorizer
 
 FILE_NAME = "__acl_audit.json"
 FORMAT_VERSION = 1

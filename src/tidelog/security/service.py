@@ -19,14 +19,14 @@ import pathlib
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
+from tidelog.common.acl import AclRecord
+from tidelog.common.acl_authorizer import Authorizer
 from tidelog.common.config import BrokerConfig
 from tidelog.common.errors import ConfigError
 from tidelog.protocol.sasl import ScramCredential
 from tidelog.security.access import AccessGate, Mode
-from tidelog.security.acl import AclRecord
 from tidelog.security.audit import FILE_NAME, AuditLog, build_report, load_into, write_report
 from tidelog.security.auth_throttle import FailedAuthThrottle
-from tidelog.security.authorizer import Authorizer
 from tidelog.security.listeners import ListenerSecurity, build_listener_security
 
 log = logging.getLogger(__name__)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import pathlib
 
+from tidelog.common.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from tidelog.common.acl_authorizer import Authorizer
 from tidelog.metadata.image import AclEntry
 from tidelog.security.access import AccessGate, Action, Mode
-from tidelog.security.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from tidelog.security.audit import (
     AuditLog,
     build_report,
@@ -16,7 +17,6 @@ from tidelog.security.audit import (
     suggested_acls,
     write_report,
 )
-from tidelog.security.authorizer import Authorizer
 
 Op, T, C = AclOperation, ResourceType.TOPIC, ResourceType.CLUSTER
 

@@ -33,6 +33,15 @@ from typing import Any
 from tidelog.broker.authz import Op, acl_entry, authorize_cluster
 from tidelog.broker.context import BrokerContext, ConnectionInfo
 from tidelog.broker.responses import NO_THROTTLE, builder
+from tidelog.common.acl import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+    binding_problem,
+)
 from tidelog.common.errors import ErrorCode
 from tidelog.metadata.errors import MetadataStoreUnavailable, StaleMetadataError
 from tidelog.metadata.image import ClusterImage
@@ -47,15 +56,6 @@ from tidelog.protocol.sasl import (
     SaslError,
     Step,
     credential_from_salted_password,
-)
-from tidelog.security.acl import (
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourceType,
-    binding_problem,
 )
 from tidelog.security.authenticator import AuthState, SaslAuthenticator
 

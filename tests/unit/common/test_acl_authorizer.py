@@ -1,4 +1,4 @@
-"""The authorizer against Kafka's rules, one table row per rule (see security/authorizer.py)."""
+"""The authorizer against Kafka's rules, one table row per rule (see common/acl_authorizer.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tidelog.security.acl import (
+from tidelog.common.acl import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -15,7 +15,7 @@ from tidelog.security.acl import (
     ResourceType,
     binding_problem,
 )
-from tidelog.security.authorizer import Authorizer, operations_bitfield
+from tidelog.common.acl_authorizer import Authorizer, operations_bitfield
 
 T, G, C, X = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
