@@ -30,10 +30,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tidelog.common.acl import AclOperation, ResourceType
 from tidelog.gateway.model import InvalidRequest, WriteRequest, check_topic, parse_json, parse_raw
 from tidelog.gateway.service import Busy, Gateway, NotOwner
 from tidelog.gateway.shard import ShardUnavailable, WriteFailed, WriteResult
 from tidelog.gateway.topics import UnknownTopic
+from tidelog.web.auth import principal_of
 from tidelog.web.errors import ApiError, bad_request, unavailable
 
 FORWARDED_BY = "x-tidelog-forwarded-by"
@@ -94,7 +96,13 @@ class GatewayApi:
                       else parse_raw(topic, request.query_params, body))
         except InvalidRequest as exc:
             raise bad_request(str(exc)) from None
+        self._authorize(request, AclOperation.WRITE, topic)
         return await self._owned(request, body, lambda: self._write(parsed, request))
+
+    def _authorize(self, request: Request, operation: AclOperation, topic: str) -> None:
+        """The caller's Kafka ACLs on the topic as written (``<dc>.<topic>``): 403 unless allowed."""
+        self.gateway.acls.check(principal_of(request.scope), self._client_address(request), operation,
+                                ResourceType.TOPIC, self.gateway.config.data_topic(topic))
 
     async def _write(self, parsed: WriteRequest, request: Request) -> Response:
         result = await self.gateway.write(parsed, self._client_address(request))
@@ -109,6 +117,7 @@ class GatewayApi:
             raise bad_request(str(exc)) from None
         if not 0 < len(source_id) <= 1024:
             raise bad_request("the query needs 'sourceId' (1 to 1024 characters)")
+        self._authorize(request, AclOperation.DESCRIBE, topic)
 
         async def answer() -> Response:
             data_topic, shard, state = await self.gateway.source_state(topic, source_id)

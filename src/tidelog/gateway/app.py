@@ -64,6 +64,9 @@ async def run(config: GatewayConfig, stop: asyncio.Event) -> None:
                   + PushApi(gateway, pushes).routes() + StagedApi(gateway, staged).routes())
         app = create_app(routes, registry=registry, readiness=[("shards", gateway.readiness)], tokens=tokens)
         await gateway.start()
+        if gateway.acls.enabled:
+            await gateway.acls.refresh()  # before the listener opens; failing, requests get 503 until read
+            gateway.acls.start()
         await staged.start()
         sessions.start()
         await store.start()
@@ -83,4 +86,5 @@ async def run(config: GatewayConfig, stop: asyncio.Event) -> None:
             await asyncio.to_thread(store.stop)
             await sessions.stop()
             await staged.stop()
+            await gateway.acls.stop()
             await gateway.stop()

@@ -78,6 +78,14 @@ class GatewayConfig:
     push_topic: str = ""
     push_subscriptions_max: int = 100
     headers: Headers = field(default_factory=Headers)
+    acl_enable: str = "auto"  # auto: on when a tokens file is set (acls.py)
+    acl_refresh_ms: int = 5_000
+    super_users: frozenset[str] = frozenset()
+    acl_allow_if_no_acl: bool = False
+
+    @property
+    def acls_enabled(self) -> bool:
+        return self.acl_enable == "true" or (self.acl_enable == "auto" and self.auth_tokens_file is not None)
 
     @property
     def txn_prefix(self) -> str:
@@ -137,6 +145,28 @@ def _name(text: str) -> str:
     return text
 
 
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text.lower() not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return text.lower()
+    return parse
+
+
+def _boolean(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return text.lower() == "true"
+
+
+def _principals(text: str) -> frozenset[str]:
+    """Kafka's ``super.users`` form: ``User:a;User:b``."""
+    found = frozenset(p.strip() for p in text.split(";") if p.strip())
+    if any(":" not in p for p in found):
+        raise ValueError("principals are Type:name (User:alice), separated by ';'")
+    return found
+
+
 def _replication(text: str) -> int:
     value = int(text)
     if value == 0 or value < -1:
@@ -177,6 +207,10 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "gateway.staged.max.transaction.bytes": ("staged_max_transaction_bytes", _positive("bytes")),
     "gateway.push.topic": ("push_topic", lambda t: _name(t) if t else ""),
     "gateway.push.subscriptions.max": ("push_subscriptions_max", _positive("subscriptions")),
+    "gateway.acl.enable": ("acl_enable", _choice("auto", "true", "false")),
+    "gateway.acl.refresh.ms": ("acl_refresh_ms", _bounded(100, 3_600_000)),
+    "gateway.super.users": ("super_users", _principals),
+    "gateway.acl.allow.everyone.if.no.acl.found": ("acl_allow_if_no_acl", _boolean),
 }
 _HEADER_KEYS = {f"gateway.header.{f.name.replace('_', '.')}": f.name for f in fields(Headers)}
 KNOWN_KEYS = frozenset([*_KEYS, *_HEADER_KEYS, "bootstrap.servers"])

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tidelog.gateway.acls import authorize_read
 from tidelog.gateway.api import read_body
 from tidelog.gateway.model import InvalidRequest
 from tidelog.gateway.push import PushManager
@@ -75,6 +76,7 @@ class PushApi:
             request_topics = spec.session_request(own_group=config.group_id, state_topic=config.state_topic)
         except InvalidRequest as exc:
             raise bad_request(str(exc)) from None
+        authorize_read(self.gateway.acls, request, spec.group, request_topics.named_topics)
         if len(self.manager.store.specs()) >= config.push_subscriptions_max:
             raise ApiError(429, "TOO_MANY_SUBSCRIPTIONS", f"the deployment has gateway.push.subscriptions.max="
                            f"{config.push_subscriptions_max} subscriptions; delete one first", retry_after_s=1)

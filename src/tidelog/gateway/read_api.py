@@ -26,6 +26,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tidelog.common.acl import AclOperation, ResourceType
+from tidelog.gateway.acls import authorize_read, client_host
 from tidelog.gateway.api import FORWARDED_BY, read_body
 from tidelog.gateway.model import InvalidRequest
 from tidelog.gateway.read_model import (
@@ -79,6 +81,7 @@ class ReadApi:
                                    own_group=config.group_id, state_topic=config.state_topic)
         except InvalidRequest as exc:
             raise bad_request(str(exc)) from None
+        authorize_read(self.gateway.acls, request, parsed.group, parsed.named_topics)
         try:
             for topic in parsed.named_topics:
                 await self.gateway.topics.partition_count(topic)
@@ -131,6 +134,11 @@ class ReadApi:
         following: dict[tuple[str, int], int] = {}
         for record in records:
             counts[record.topic] = counts.get(record.topic, 0) + 1
+        # a data-centre pattern matches topics named nowhere in the request: each is checked as it is read
+        principal, host = principal_of(request.scope), client_host(request)
+        for topic in counts:
+            self.gateway.acls.check(principal, host, AclOperation.READ, ResourceType.TOPIC, topic)
+        for record in records:
             following[(record.topic, record.partition)] = record.offset + 1
         for topic, count in counts.items():
             self.sessions.count_read(topic, count)

@@ -35,6 +35,7 @@ from typing import TypeVar
 
 from confluent_kafka.admin import AdminClient
 
+from tidelog.gateway.acls import EVERY_BINDING, GatewayAcls
 from tidelog.gateway.budget import ByteBudget
 from tidelog.gateway.config import GatewayConfig
 from tidelog.gateway.group_wire import GroupWire
@@ -77,6 +78,9 @@ class Gateway:
         self.admin = AdminClient(config.kafka_config(**{"allow.auto.create.topics": False}))
         self._admin_executor = ThreadPoolExecutor(1, thread_name_prefix="gateway-admin")
         self.topics = TopicCache(self.admin, self._on_admin_thread)
+        self.acls = GatewayAcls(lambda: self.admin.describe_acls(EVERY_BINDING, request_timeout=10).result(15),
+                                enabled=config.acls_enabled, super_users=config.super_users,
+                                allow_if_no_acl=config.acl_allow_if_no_acl, refresh_s=config.acl_refresh_ms / 1000)
         self.router = Router(GroupWire(config.bootstrap_servers, config.kafka, f"{config.url} router"),
                              config.group_id, config.state_topic)
         self.membership = Membership(config, self._assign, self._revoke)

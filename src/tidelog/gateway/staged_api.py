@@ -32,11 +32,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tidelog.common.acl import AclOperation, ResourceType
 from tidelog.gateway.api import read_body
 from tidelog.gateway.model import InvalidRequest, check_topic, parse_raw, parse_records_json
 from tidelog.gateway.service import Gateway
 from tidelog.gateway.staged import StagedError, StagedTransactions
 from tidelog.gateway.topics import UnknownTopic
+from tidelog.web.auth import principal_of
 from tidelog.web.errors import ApiError, bad_request, unavailable
 
 _TXN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -81,8 +83,9 @@ class StagedApi:
         except InvalidRequest as exc:
             raise bad_request(str(exc)) from None
         client = request.client.host if request.client else ""
-        enrichment = self.gateway._enrichment(meta, client, received_ms)
         data_topic = self.gateway.config.data_topic(topic)
+        self.gateway.acls.check(principal_of(request.scope), client, AclOperation.WRITE, ResourceType.TOPIC, data_topic)
+        enrichment = self.gateway._enrichment(meta, client, received_ms)
         return await self._answer(self.staged.store(data_topic, txn_id, seqno, records, enrichment))
 
     async def commit_request(self, request: Request) -> Response:
