@@ -26,6 +26,7 @@ is authorised under that name):
 | write chunks, staged store | WRITE on the topic |
 | a source's state | DESCRIBE on the topic |
 | open a read session, create a push subscription | READ on each topic, READ on the group |
+| poll a read session | records of topics the caller may not READ are left out (data-centre patterns) |
 
 A refusal is 403 with Kafka's error code (TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED) and a
 message naming the principal, the operation and the resource; nothing is written or read.
