@@ -4,7 +4,9 @@ exactly-once per source must hold there too.
 Against the reference Kafka of the compat tier (``reference_kafka``): duplicates are skipped across
 a gateway kill -9 and restart, and a stream through two instances, one of them killed mid-stream,
 lands exactly once (read_committed checker); pull reads: two read sessions of one group split the
-partitions, and a new session resumes from what the first committed.
+partitions, and a new session resumes from what the first committed; with bearer tokens, a Kafka
+without an authorizer answers the gateway's DescribeAcls with SECURITY_DISABLED and the gateway
+applies no ACL (as that Kafka applies none to its own clients).
 """
 
 from __future__ import annotations
@@ -101,3 +103,16 @@ def test_gateway_on_kafka_read_sessions_share_a_group_and_resume_from_commits(re
             values += [r["value"] for r in httpx.get(f"{resumed}/records", params={"waitMs": 1000},
                                                      timeout=30).json()["records"]]
         assert sorted(values) == sorted({f"{s}{i}" for s in "abcd" for i in (1, 2)} - {r["value"] for r in got})
+
+
+def test_gateway_on_kafka_without_an_authorizer_applies_no_acl(reference_kafka: ReferenceKafka,
+                                                                tmp_path: Path) -> None:
+    bootstrap = _bootstrap(reference_kafka)
+    topic = create_topic(bootstrap, f"gw-acl-{uuid.uuid4().hex[:8]}", 1)
+    tokens = tmp_path / "tokens"
+    tokens.write_text("t-alice User:alice\n")
+    headers = {"authorization": "Bearer t-alice"}
+    with GatewayProcess(tmp_path, bootstrap, {"gateway.auth.tokens.file": tokens}).start(headers=headers) as gateway:
+        written = write_json(gateway.url, topic, "web-1", [(1, ["a"])], headers=headers)
+        assert written.status_code == 200 and written.json()["chunks"][0]["status"] == "written", written.text
+        assert "has no authorizer" in gateway.log_tail()

@@ -4,12 +4,14 @@ A request's principal comes from its bearer token (``tidelog.web.auth``; ``User:
 tokens). The gateway writes and reads with its own Kafka identity, so the cluster cannot tell its
 callers apart: the gateway applies the caller's ACLs itself, before it acts.
 
-- **Which ACLs**: the cluster's, read with DescribeAcls (every binding) by the gateway's admin client
-  at start and then every ``gateway.acl.refresh.ms`` (5 s), and decided by
-  ``tidelog.common.acl_authorizer`` (Kafka's StandardAuthorizer rules: deny wins, LITERAL, PREFIXED
-  and ``*`` patterns, ``User:*``, hosts, READ/WRITE/DELETE/ALTER imply DESCRIBE). The gateway's own
-  principal needs DESCRIBE on the cluster to read them. A refresh that fails keeps the last set
-  (logged), as a broker whose metadata lags keeps deciding on what it has.
+- **Which ACLs**: the cluster's, read with DescribeAcls (every binding) over the gateway's own
+  Kafka-protocol connections (``group_wire``: librdkafka's describe_acls drops the answer's error code,
+  so a cluster without an authorizer would look like one with no ACLs) at start and then every
+  ``gateway.acl.refresh.ms`` (5 s), and decided by ``tidelog.common.acl_authorizer`` (Kafka's
+  StandardAuthorizer rules: deny wins, LITERAL, PREFIXED and ``*`` patterns, ``User:*``, hosts,
+  READ/WRITE/DELETE/ALTER imply DESCRIBE). The gateway's own principal needs DESCRIBE on the cluster
+  to read them. A refresh that fails keeps the last set (logged), as a broker whose metadata lags
+  keeps deciding on what it has.
 - **A cluster without an authorizer** answers SECURITY_DISABLED: there is nothing to apply, and every
   caller may do what the gateway may (logged once), as every client of such a cluster may.
 - **Not read yet** (the cluster unreachable since start): a request that needs a decision gets 503.
@@ -37,15 +39,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AclBindingFilter as KafkaAclFilter
-from confluent_kafka.admin import AclOperation as KafkaOperation
-from confluent_kafka.admin import AclPermissionType as KafkaPermission
-from confluent_kafka.admin import ResourcePatternType
-from confluent_kafka.admin import ResourceType as KafkaResource
+from kio.schema.describe_acls.v1.request import DescribeAclsRequest
+from kio.static.primitive import i8
 
 from tidelog.common.acl import (
     AclBinding,
@@ -56,33 +54,51 @@ from tidelog.common.acl import (
     normalise_host,
 )
 from tidelog.common.acl_authorizer import Authorizer
+from tidelog.gateway.group_wire import GroupWire, error_name
 from tidelog.web.auth import principal_of
 from tidelog.web.errors import ApiError, unavailable
 
 log = logging.getLogger(__name__)
 
-# None: any name, principal or host (the stubs say str; librdkafka takes NULL for "any")
-EVERY_BINDING = KafkaAclFilter(KafkaResource.ANY, None, ResourcePatternType.ANY, None, None,  # type: ignore[arg-type]
-                               KafkaOperation.ANY, KafkaPermission.ANY)
+ANY, SECURITY_DISABLED = 1, 54  # Kafka's "any" filter code; its error code of a cluster without authorizer
 REFUSED_CODES = {ResourceType.TOPIC: "TOPIC_AUTHORIZATION_FAILED", ResourceType.GROUP: "GROUP_AUTHORIZATION_FAILED"}
 
 
-def from_kafka(binding: Any) -> AclBinding:
-    """A confluent-kafka ``AclBinding`` as ours (both carry Kafka's wire codes); ValueError for a code
-    this version does not know."""
-    return AclBinding(ResourceType(binding.restype.value), str(binding.name),
-                      PatternType(binding.resource_pattern_type.value), str(binding.principal), str(binding.host),
-                      AclOperation(binding.operation.value), AclPermissionType(binding.permission_type.value))
+class SecurityDisabled(Exception):
+    """The cluster has no authorizer (DescribeAcls answered SECURITY_DISABLED)."""
+
+
+async def describe_acls(wire: GroupWire) -> list[AclBinding]:
+    """Every ACL binding of the cluster (DescribeAcls v1, filter ANY), over the gateway's own connections.
+    Bindings with a code this version does not know are left out (it cannot decide on them)."""
+    answer = await wire.call_any(DescribeAclsRequest(
+        resource_type_filter=i8(ANY), resource_name_filter=None, pattern_type_filter=i8(ANY), principal_filter=None,
+        host_filter=None, operation=i8(ANY), permission_type=i8(ANY)))
+    code = int(answer.error_code)
+    if code == SECURITY_DISABLED:
+        raise SecurityDisabled(answer.error_message or "no authorizer")
+    if code:
+        raise RuntimeError(f"DescribeAcls: {error_name(code)}: {answer.error_message or ''}")
+    found = []
+    for resource in answer.resources:
+        for entry in resource.acls:
+            try:
+                found.append(AclBinding(ResourceType(int(resource.resource_type)), str(resource.resource_name),
+                                        PatternType(int(resource.pattern_type)), str(entry.principal), str(entry.host),
+                                        AclOperation(int(entry.operation)), AclPermissionType(int(entry.permission_type))))
+            except ValueError:
+                continue
+    return found
 
 
 class GatewayAcls:
     """The cluster's ACLs as last read, and the decisions made on them (see the module docstring)."""
 
-    def __init__(self, describe: Callable[[], list[Any]], *, enabled: bool, super_users: Iterable[str] = (),
-                 allow_if_no_acl: bool = False, refresh_s: float = 5.0) -> None:
+    def __init__(self, describe: Callable[[], Awaitable[list[AclBinding]]], *, enabled: bool,
+                 super_users: Iterable[str] = (), allow_if_no_acl: bool = False, refresh_s: float = 5.0) -> None:
         self.enabled = enabled
         self.refresh_s = refresh_s
-        self._describe = describe  # blocking: DescribeAcls, every binding (run on a worker thread)
+        self._describe = describe  # every binding of the cluster; SecurityDisabled without an authorizer
         self._authorizer = Authorizer(super_users, allow_if_no_acl)
         self.loaded = False
         self.cluster_authorizer = True  # False once the cluster said SECURITY_DISABLED
@@ -94,26 +110,16 @@ class GatewayAcls:
     async def refresh(self) -> bool:
         """Read the cluster's ACLs once; True when they were read (or the cluster has no authorizer)."""
         try:
-            found = await asyncio.to_thread(self._describe)
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if isinstance(error, KafkaError) and error.code() == KafkaError.SECURITY_DISABLED:
-                if self.cluster_authorizer:
-                    log.warning("the cluster has no authorizer (DescribeAcls: SECURITY_DISABLED): every caller "
-                                "may do what the gateway's own principal may")
-                self.cluster_authorizer, self.loaded = False, True
-                return True
+            bindings = await self._describe()
+        except SecurityDisabled:
+            if self.cluster_authorizer:
+                log.warning("the cluster has no authorizer (DescribeAcls: SECURITY_DISABLED): every caller "
+                            "may do what the gateway's own principal may")
+            self.cluster_authorizer, self.loaded = False, True
+            return True
+        except Exception as exc:  # unreachable, timed out, refused (the gateway may not DESCRIBE the cluster)
             self._failed(f"DescribeAcls failed: {exc}")
             return False
-        except Exception as exc:  # the admin client's future timed out, or a binding is unknown
-            self._failed(f"DescribeAcls failed: {exc!r}")
-            return False
-        bindings = []
-        for binding in found:
-            try:
-                bindings.append(from_kafka(binding))
-            except ValueError:
-                continue  # a resource type or operation newer than this gateway: it cannot decide on it
         self._authorizer.load(bindings)
         if self._last_error:
             log.info("the cluster's ACLs are read again (%d bindings)", len(bindings))

@@ -1,6 +1,7 @@
 """The ownership group's description, asked over the gateway's own Kafka-protocol connections.
 
-The router needs one coordinator-bound request, DescribeGroups. It is not asked through
+The router needs one coordinator-bound request, DescribeGroups (the ACLs, gateway/acls.py, one that
+any broker answers: ``call_any``). It is not asked through
 confluent-kafka's ``AdminClient.describe_consumer_groups``: librdkafka's coordinator-bound admin
 requests abort the whole process (``rd_kafka_enq_once_del_source_return: Assertion
 `eonce->refcnt > 0'``, librdkafka issues 4605 and 3663) when the coordinator's connection drops
@@ -104,18 +105,25 @@ class GroupWire:
             connection.close()
             raise
 
-    async def _coordinator(self, group: str) -> tuple[str, int]:
+    async def call_any(self, request: Any) -> Any:
+        """``request``'s answer from the first bootstrap server that answers (any broker will do)."""
+        async with self._lock:
+            return await self._first_answer(request)
+
+    async def _first_answer(self, request: Any) -> Any:
         failures = []
         for address in self.bootstrap:
             try:
-                found = await self._call(address, FindCoordinatorRequest(key=group, key_type=i8(0)))
+                return await self._call(address, request)
             except GroupWireError as exc:
                 failures.append(str(exc))
-                continue
-            if found.error_code != 0:
-                raise GroupWireError(f"no coordinator for group {group}: {error_name(found.error_code)}")
-            return str(found.host), int(found.port)
         raise GroupWireError("; ".join(failures))
+
+    async def _coordinator(self, group: str) -> tuple[str, int]:
+        found = await self._first_answer(FindCoordinatorRequest(key=group, key_type=i8(0)))
+        if found.error_code != 0:
+            raise GroupWireError(f"no coordinator for group {group}: {error_name(found.error_code)}")
+        return str(found.host), int(found.port)
 
     async def describe(self, group: str) -> list[GroupMember]:
         async with self._lock:

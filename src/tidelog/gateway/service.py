@@ -35,7 +35,7 @@ from typing import TypeVar
 
 from confluent_kafka.admin import AdminClient
 
-from tidelog.gateway.acls import EVERY_BINDING, GatewayAcls
+from tidelog.gateway.acls import GatewayAcls, describe_acls
 from tidelog.gateway.budget import ByteBudget
 from tidelog.gateway.config import GatewayConfig
 from tidelog.gateway.group_wire import GroupWire
@@ -78,9 +78,11 @@ class Gateway:
         self.admin = AdminClient(config.kafka_config(**{"allow.auto.create.topics": False}))
         self._admin_executor = ThreadPoolExecutor(1, thread_name_prefix="gateway-admin")
         self.topics = TopicCache(self.admin, self._on_admin_thread)
-        self.acls = GatewayAcls(lambda: self.admin.describe_acls(EVERY_BINDING, request_timeout=10).result(15),
-                                enabled=config.acls_enabled, super_users=config.super_users,
-                                allow_if_no_acl=config.acl_allow_if_no_acl, refresh_s=config.acl_refresh_ms / 1000)
+        acl_wire = GroupWire(config.bootstrap_servers, config.kafka, f"{config.url} acls")
+        self.acls = GatewayAcls(lambda: describe_acls(acl_wire), enabled=config.acls_enabled,
+                                super_users=config.super_users, allow_if_no_acl=config.acl_allow_if_no_acl,
+                                refresh_s=config.acl_refresh_ms / 1000)
+        self._acl_wire = acl_wire
         self.router = Router(GroupWire(config.bootstrap_servers, config.kafka, f"{config.url} router"),
                              config.group_id, config.state_topic)
         self.membership = Membership(config, self._assign, self._revoke)
@@ -113,6 +115,7 @@ class Gateway:
         await asyncio.to_thread(self.membership.stop)
         await asyncio.to_thread(self._revoke, list(self.shards))
         await self.router.aclose()
+        await self._acl_wire.aclose()
         self._admin_executor.shutdown(wait=False, cancel_futures=True)
 
     def _assign(self, shards: list[int]) -> None:

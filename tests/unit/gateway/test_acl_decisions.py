@@ -1,22 +1,17 @@
 """The gateway's ACL decisions (gateway/acls.py) over a DescribeAcls stand-in (the seam is ours: a
-function answering confluent-kafka's bindings or raising its exceptions), and their settings."""
+coroutine answering bindings or raising as ``describe_acls`` does), and their settings. The wire call
+itself is exercised against a broker in tests/integration/test_gateway_acls.py and against Kafka in
+the compat tier."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AclBinding as KafkaBinding
-from confluent_kafka.admin import AclOperation as KafkaOperation
-from confluent_kafka.admin import AclPermissionType as KafkaPermission
-from confluent_kafka.admin import ResourcePatternType
-from confluent_kafka.admin import ResourceType as KafkaResource
 
-from tidelog.common.acl import AclOperation, ResourceType
-from tidelog.gateway.acls import GatewayAcls
+from tidelog.common.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from tidelog.gateway.acls import GatewayAcls, SecurityDisabled
 from tidelog.gateway.config import ConfigError, parse_config
 from tidelog.web.errors import ApiError
 
@@ -28,29 +23,29 @@ class Cluster:
     """What DescribeAcls answers next: bindings, or an exception."""
 
     def __init__(self) -> None:
-        self.answer: list[Any] | Exception = []
+        self.answer: list[AclBinding] | Exception = []
 
-    def describe(self) -> list[Any]:
+    async def describe(self) -> list[AclBinding]:
         if isinstance(self.answer, Exception):
             raise self.answer
         return self.answer
 
 
-def binding(principal: str, name: str, operation: KafkaOperation, *, prefixed: bool = False,
-            deny: bool = False, host: str = "*") -> KafkaBinding:
-    return KafkaBinding(KafkaResource.TOPIC, name, ResourcePatternType.PREFIXED if prefixed else ResourcePatternType.LITERAL,
-                        principal, host, operation, KafkaPermission.DENY if deny else KafkaPermission.ALLOW)
+def binding(principal: str, name: str, operation: AclOperation, *, prefixed: bool = False,
+            deny: bool = False, host: str = "*") -> AclBinding:
+    return AclBinding(TOPIC, name, PatternType.PREFIXED if prefixed else PatternType.LITERAL, principal, host,
+                      operation, AclPermissionType.DENY if deny else AclPermissionType.ALLOW)
 
 
-def acls_over(cluster: Cluster, **kwargs: Any) -> GatewayAcls:
-    return GatewayAcls(cluster.describe, enabled=True, **kwargs)
+def acls_over(cluster: Cluster, **kwargs: object) -> GatewayAcls:
+    return GatewayAcls(cluster.describe, enabled=True, **kwargs)  # type: ignore[arg-type]
 
 
 def test_kafkas_rules_apply_to_the_bindings_read() -> None:
     cluster = Cluster()
-    cluster.answer = [binding("User:alice", "logs.", KafkaOperation.WRITE, prefixed=True),
-                      binding("User:*", "logs.secret", KafkaOperation.ALL, deny=True),
-                      binding("User:bob", "logs.web", KafkaOperation.READ, host="10.0.0.1")]
+    cluster.answer = [binding("User:alice", "logs.", AclOperation.WRITE, prefixed=True),
+                      binding("User:*", "logs.secret", AclOperation.ALL, deny=True),
+                      binding("User:bob", "logs.web", AclOperation.READ, host="10.0.0.1")]
     acls = acls_over(cluster, super_users={"User:ops"})
     assert asyncio.run(acls.refresh())
     assert acls.allowed("User:alice", "127.0.0.1", WRITE, TOPIC, "logs.web")
@@ -76,13 +71,13 @@ def test_no_acl_found_allows_when_configured_so() -> None:
 
 def test_before_the_first_read_requests_get_503_and_a_failed_refresh_keeps_the_last_set() -> None:
     cluster = Cluster()
-    cluster.answer = KafkaException(KafkaError(KafkaError._TRANSPORT, "all brokers down"))
+    cluster.answer = ConnectionError("broker 127.0.0.1:9092: connection refused")
     acls = acls_over(cluster)
     assert not asyncio.run(acls.refresh())
     with pytest.raises(ApiError) as unavailable:
         acls.check("User:alice", "127.0.0.1", WRITE, TOPIC, "t")
     assert unavailable.value.status == 503 and "not read yet" in unavailable.value.message
-    cluster.answer = [binding("User:alice", "t", KafkaOperation.WRITE)]
+    cluster.answer = [binding("User:alice", "t", AclOperation.WRITE)]
     assert asyncio.run(acls.refresh())
     acls.check("User:alice", "127.0.0.1", WRITE, TOPIC, "t")
     cluster.answer = RuntimeError("timed out")
@@ -92,7 +87,7 @@ def test_before_the_first_read_requests_get_503_and_a_failed_refresh_keeps_the_l
 
 def test_a_cluster_without_an_authorizer_allows_everything_and_disabled_checks_nothing() -> None:
     cluster = Cluster()
-    cluster.answer = KafkaException(KafkaError(KafkaError.SECURITY_DISABLED, "no authorizer"))
+    cluster.answer = SecurityDisabled("no authorizer")
     acls = acls_over(cluster)
     assert asyncio.run(acls.refresh())
     acls.check("User:anyone", "127.0.0.1", WRITE, TOPIC, "t")
