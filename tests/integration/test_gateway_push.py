@@ -10,12 +10,9 @@ group, holding part of its partitions), and a deletion through one stops it on t
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -25,76 +22,17 @@ from confluent_kafka import TopicPartition
 from helpers.broker_process import BrokerProcess, module_broker, wait_until
 from helpers.clients import consumer, create_topic, produce_all, producer, unique_topic
 from helpers.gateway_process import GATEWAY_TEST_BROKER, GatewayProcess
+from helpers.push_endpoint import FlakyEndpoint
 
 push_broker = module_broker("push_broker", GATEWAY_TEST_BROKER)
 PARTITIONS = 3
 TIMEOUT_MS = 250
 
 
-class FlakyEndpoint:
-    """An HTTP endpoint that takes every other batch: the others get a 500 or no answer in time."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.requests = 0
-        self.taken: list[list[dict[str, Any]]] = []  # batches answered 204, in the order answered
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                with endpoint.lock:
-                    endpoint.requests += 1
-                    n = endpoint.requests
-                    if n % 2 == 0:
-                        endpoint.taken.append(body["records"])
-                if n % 2 == 0:
-                    self.send_response(204)
-                elif n % 4 == 1:
-                    self.send_response(500)
-                else:
-                    time.sleep(TIMEOUT_MS / 1000 * 2)  # the gateway gave up meanwhile
-                    self.send_response(503)
-                self.send_header("content-length", "0")
-                try:
-                    self.end_headers()
-                except OSError:
-                    pass
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-
-    def batches(self) -> list[list[dict[str, Any]]]:
-        with self.lock:
-            return list(self.taken)
-
-    def delivered_through(self) -> dict[int, int]:
-        """Per partition, the offset after the contiguous run of records taken from offset 0."""
-        seen: dict[int, set[int]] = {p: set() for p in range(PARTITIONS)}
-        for batch in self.batches():
-            for record in batch:
-                seen[record["partition"]].add(record["offset"])
-        through = {}
-        for p, offsets in seen.items():
-            end = 0
-            while end in offsets:
-                end += 1
-            through[p] = end
-        return through
-
-
 @pytest.fixture
 def endpoint() -> Iterator[FlakyEndpoint]:
-    flaky = FlakyEndpoint()
-    flaky.thread.start()
-    yield flaky
-    flaky.server.shutdown()
-    flaky.server.server_close()
+    with FlakyEndpoint(PARTITIONS, TIMEOUT_MS) as flaky:
+        yield flaky
 
 
 def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
