@@ -1,5 +1,5 @@
-"""A webhook endpoint for the gateway's push tests (integration and compat): it takes every other
-batch and answers the others with a 500 or not in time."""
+"""Webhook endpoints for the gateway's push tests (integration and compat): one that takes every
+other batch and answers the others with a 500 or not in time, one that refuses every batch."""
 
 from __future__ import annotations
 
@@ -70,6 +70,36 @@ class FlakyEndpoint:
 
     def __enter__(self) -> FlakyEndpoint:
         self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class RefusingEndpoint:
+    """An endpoint that refuses every batch with a 422."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["content-length"]))
+                endpoint.requests += 1
+                self.send_response(422)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def __enter__(self) -> RefusingEndpoint:
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -4,6 +4,8 @@ reaches the endpoint at least once, in order per partition, never past a gap; th
 offsets never pass a record the endpoint has not taken; after a kill -9 the restarted gateway (which
 reads the subscription back from the cluster) resumes exactly at the committed offsets; the failures
 show in the metrics; a deleted subscription stops; bad subscriptions are refused and stored nowhere.
+With a dead-letter topic, batches an endpoint keeps refusing land there (with where they came from
+and why) and are committed, and the subscription goes on.
 Two instances of one deployment both run a subscription made through either (each a member of its
 group, holding part of its partitions), and a deletion through one stops it on the other.
 """
@@ -20,9 +22,9 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from helpers.broker_process import BrokerProcess, module_broker, wait_until
-from helpers.clients import consumer, create_topic, produce_all, producer, unique_topic
+from helpers.clients import consume, consumer, create_topic, produce_all, producer, unique_topic
 from helpers.gateway_process import GATEWAY_TEST_BROKER, GatewayProcess
-from helpers.push_endpoint import FlakyEndpoint
+from helpers.push_endpoint import FlakyEndpoint, RefusingEndpoint
 
 push_broker = module_broker("push_broker", GATEWAY_TEST_BROKER)
 PARTITIONS = 3
@@ -175,3 +177,42 @@ def test_every_instance_runs_a_subscription_made_through_any_of_them_sharing_its
     finally:
         for gateway in gateways:
             gateway.close()
+
+
+def test_batches_an_endpoint_keeps_refusing_go_to_the_dead_letter_topic_and_delivery_goes_on(
+        push_broker: BrokerProcess, tmp_path: Any) -> None:
+    bootstrap = push_broker.bootstrap
+    topic = create_topic(bootstrap, unique_topic("push"), 1)
+    dead = create_topic(bootstrap, unique_topic("dlq"), 1)
+    group = f"hook-{uuid.uuid4().hex[:8]}"
+    produce_all(producer(bootstrap), topic, [f"r{i}".encode() for i in range(30)], partition=0)
+    refusing = RefusingEndpoint()
+    with refusing, GatewayProcess(tmp_path, bootstrap).start(60) as gateway:
+        missing = httpx.post(f"{gateway.url}/v1/subscriptions", timeout=30, json={
+            "group": group, "topics": [topic], "endpoint": refusing.url, "deadLetterTopic": "no-such-dlq"})
+        assert missing.status_code == 404, missing.text
+        answer = httpx.post(f"{gateway.url}/v1/subscriptions", timeout=30, json={
+            "group": group, "topics": [topic], "endpoint": refusing.url, "maxBatchRecords": 10,
+            "autoOffsetReset": "earliest", "retryBackoffMs": 10, "retryBackoffMaxMs": 20,
+            "deadLetterTopic": dead, "deadLetterAfterAttempts": 2})
+        assert answer.status_code == 201, answer.text
+        assert answer.json()["deadLetterTopic"] == dead and answer.json()["deadLetterAfterAttempts"] == 2
+        sub = answer.json()["subscriptionId"]
+        wait_until(lambda: committed_one(bootstrap, group, topic) == 30, timeout=30, interval=0.2,
+                   message="every refused batch dead-lettered and committed")
+        assert metric(gateway, "gateway_push_dead_lettered_records_total", sub) == 30
+    letters = consume(bootstrap, dead, 30, settle=0.5)
+    assert [m.value() for m in letters] == [f"r{i}".encode() for i in range(30)]
+    headers = dict(letters[7].headers() or [])
+    assert headers["tidelog-dlq-topic"] == topic.encode() and headers["tidelog-dlq-offset"] == b"7"
+    assert headers["tidelog-dlq-partition"] == b"0" and headers["tidelog-dlq-subscription"] == sub.encode()
+    assert headers["tidelog-dlq-error"] == b"the endpoint answered 422"
+    assert refusing.requests >= 6  # two attempts of each of the three batches
+
+
+def committed_one(bootstrap: str, group: str, topic: str) -> int:
+    reader = consumer(bootstrap, {"group.id": group})
+    try:
+        return max(reader.committed([TopicPartition(topic, 0)], timeout=10)[0].offset, 0)
+    finally:
+        reader.close()

@@ -21,6 +21,12 @@ Design:
   the subscription, and data are never skipped (a 4xx too is retried: the gateway cannot tell a
   poison batch from a misconfigured endpoint, and dropping data is not its call). While a batch is
   failing, ``gateway_push_paused{subscription}`` is 1; failures are counted by reason.
+- **Dead letters** (the subscriber's call: ``deadLetterTopic``). A batch that failed
+  ``deadLetterAfterAttempts`` times is written to that topic instead (``DeadLetters``: an idempotent
+  producer, acks=all; each record with its key, value, timestamp and headers, plus
+  ``tidelog-dlq-topic``/``-partition``/``-offset``/``-subscription``/``-error``), then committed like a
+  delivered batch, and delivery goes on. Written before committed: a crash in between writes it again
+  (at least once there too). A dead-letter write that fails is retried with the next attempt.
 - **Commits.** After a 2xx the offsets after the batch's last record of each partition are committed
   to the group, for the partitions the member still holds. A partition that a rebalance took away
   while the batch was in flight is not committed here (the group refuses it anyway): its new owner
@@ -39,12 +45,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from confluent_kafka import Producer
 
 from tidelog.gateway.config import GatewayConfig
 from tidelog.gateway.push_model import SubscriptionSpec, backoff_s, delivery_body
@@ -64,6 +72,7 @@ class PushMetrics:
     batches: Counter
     failures: Counter
     commit_failures: Counter
+    dead_lettered: Counter
 
     @classmethod
     def register(cls, registry: Registry) -> PushMetrics:
@@ -76,18 +85,61 @@ class PushMetrics:
                              "subscription and reason (http_<status>, timeout, connect, error)",
                              ("subscription", "reason")),
             registry.counter("gateway_push_commit_failures_total", "Commits after a delivery that the group refused "
-                             "or did not answer, by subscription", ("subscription",)))
+                             "or did not answer, by subscription", ("subscription",)),
+            registry.counter("gateway_push_dead_lettered_records_total", "Records written to the subscription's "
+                             "dead-letter topic after deadLetterAfterAttempts failed deliveries", ("subscription",)))
+
+
+class DeadLetters:
+    """Writes failed batches to dead-letter topics: one idempotent producer (acks=all), made on first use."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self._producer: Producer | None = None
+        self._lock = threading.Lock()
+
+    def write(self, topic: str, subscription: str, records: list[Delivered], error: str) -> None:
+        """Blocking (a worker thread): every record acknowledged, else RuntimeError naming why."""
+        with self._lock:
+            if self._producer is None:
+                self._producer = Producer(self.config.kafka_config(**{
+                    "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+                    "client.id": f"tidelog-gateway-dead-letters-{self.config.group_id}"}))
+            producer = self._producer
+            failed: list[str] = []
+
+            def delivered(err: Any, _message: Any) -> None:
+                if err is not None:
+                    failed.append(str(err))
+
+            for r in records:
+                headers: list[tuple[str, str | bytes | None]] = [
+                    *r.headers, ("tidelog-dlq-topic", r.topic.encode()),
+                    ("tidelog-dlq-partition", str(r.partition).encode()), ("tidelog-dlq-offset", str(r.offset).encode()),
+                    ("tidelog-dlq-subscription", subscription.encode()), ("tidelog-dlq-error", error.encode())]
+                producer.produce(topic, value=r.value, key=r.key, headers=headers, timestamp=max(r.timestamp, 0),
+                                 on_delivery=delivered)
+            left = producer.flush(self.config.request_timeout_ms / 1000)
+            if left or failed:
+                raise RuntimeError(f"{left} records not acknowledged" if left else failed[0])
+
+    def close(self) -> None:
+        with self._lock:
+            if self._producer is not None:
+                self._producer.flush(5)
+                self._producer = None
 
 
 class PushRunner:
     """One subscription on this instance: its group member and its delivery loop."""
 
     def __init__(self, spec: SubscriptionSpec, config: GatewayConfig, http: httpx.AsyncClient,
-                 metrics: PushMetrics) -> None:
+                 metrics: PushMetrics, dead_letters: DeadLetters) -> None:
         self.spec = spec
         self.config = config
         self.http = http
         self.metrics = metrics
+        self.dead_letters = dead_letters
         self.session: ReadSession | None = None
         self.paused = False
         self.failures = 0  # in a row, of the batch in flight
@@ -150,6 +202,7 @@ class PushRunner:
     async def _deliver(self, session: ReadSession, records: list[Delivered]) -> None:
         delivery_id = uuid.uuid4().hex
         attempt = 0
+        dead_lettered = False
         while True:
             held = {(o.topic, o.partition) for o in session.positions()}
             records = [r for r in records if (r.topic, r.partition) in held]
@@ -162,20 +215,41 @@ class PushRunner:
             self.failures += 1
             self.paused = True
             self.metrics.failures.inc((self.spec.id, reason))
+            if attempt >= self.spec.dead_letter_after_attempts and await self._dead_letter(delivery_id, records):
+                dead_lettered = True
+                break
             wait = backoff_s(self.spec, self.failures)
             log.info("push subscription %s: delivery %s attempt %d failed (%s); retrying in %.2f s", self.spec.id,
                      delivery_id, attempt, self.last_error, wait)
             await asyncio.sleep(wait)
         if self.paused:
-            log.info("push subscription %s: delivery %s succeeded at attempt %d; resuming", self.spec.id,
-                     delivery_id, attempt)
+            log.info("push subscription %s: delivery %s %s at attempt %d; resuming", self.spec.id, delivery_id,
+                     "dead-lettered" if dead_lettered else "succeeded", attempt)
         self.paused = False
         self.failures = 0
         if records:
-            self.metrics.records.inc((self.spec.id,), len(records))
-            self.metrics.batches.inc((self.spec.id,))
-            self.last_delivered_ms = int(time.time() * 1000)
+            if not dead_lettered:
+                self.metrics.records.inc((self.spec.id,), len(records))
+                self.metrics.batches.inc((self.spec.id,))
+                self.last_delivered_ms = int(time.time() * 1000)
             await self._commit(session, records)
+
+    async def _dead_letter(self, delivery_id: str, records: list[Delivered]) -> bool:
+        """Write the batch to the subscription's dead-letter topic (if it has one); whether it was."""
+        topic = self.spec.dead_letter_topic
+        if topic is None:
+            return False
+        error = self.last_error
+        try:
+            await asyncio.to_thread(self.dead_letters.write, topic, self.spec.id, records, error)
+        except Exception as exc:  # KafkaException, BufferError, RuntimeError: try again with the next attempt
+            self.last_error = f"{error}; the dead-letter write to {topic} failed: {exc}"
+            log.warning("push subscription %s: delivery %s: %s", self.spec.id, delivery_id, self.last_error)
+            return False
+        self.metrics.dead_lettered.inc((self.spec.id,), len(records))
+        log.warning("push subscription %s: delivery %s failed %d times (last: %s): its %d records were written to "
+                    "dead-letter topic %s", self.spec.id, delivery_id, self.failures, error, len(records), topic)
+        return True
 
     async def _post(self, delivery_id: str, attempt: int, records: list[Delivered]) -> str | None:
         """None when the endpoint took the batch (2xx), else the failure's reason (a metric label)."""
@@ -240,6 +314,7 @@ class PushManager:
         self.store = store
         self.metrics = PushMetrics.register(registry)
         self.runners: dict[str, PushRunner] = {}
+        self.dead_letters = DeadLetters(config)
         self._http = httpx.AsyncClient(follow_redirects=False, limits=httpx.Limits(max_connections=256))
         self._reconciling: asyncio.Task[None] | None = None
         self._stopping = False
@@ -256,7 +331,7 @@ class PushManager:
         wanted = self.store.specs()
         for sub_id, spec in wanted.items():
             if sub_id not in self.runners:
-                runner = PushRunner(spec, self.config, self._http, self.metrics)
+                runner = PushRunner(spec, self.config, self._http, self.metrics, self.dead_letters)
                 self.runners[sub_id] = runner
                 runner.start()
         gone = [self.runners.pop(sub_id) for sub_id in list(self.runners) if sub_id not in wanted]
@@ -266,7 +341,8 @@ class PushManager:
 
     async def _retire(self, runner: PushRunner) -> None:
         await runner.stop()
-        for metric in (self.metrics.records, self.metrics.batches, self.metrics.commit_failures):
+        for metric in (self.metrics.records, self.metrics.batches, self.metrics.commit_failures,
+                       self.metrics.dead_lettered):
             metric.remove((runner.spec.id,))
 
     async def stop(self) -> None:
@@ -274,6 +350,7 @@ class PushManager:
         runners, self.runners = list(self.runners.values()), {}
         await asyncio.gather(*(r.stop() for r in runners))
         await self._http.aclose()
+        await asyncio.to_thread(self.dead_letters.close)
 
     def _collect(self) -> list[MetricFamily]:
         count = MetricFamily("gateway_push_subscriptions", "Push subscriptions this instance runs", "gauge", ())

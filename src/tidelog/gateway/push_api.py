@@ -23,7 +23,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tidelog.gateway.acls import authorize_read
+from tidelog.common.acl import AclOperation, ResourceType
+from tidelog.gateway.acls import authorize_read, client_host
 from tidelog.gateway.api import read_body
 from tidelog.gateway.model import InvalidRequest
 from tidelog.gateway.push import PushManager
@@ -77,11 +78,14 @@ class PushApi:
         except InvalidRequest as exc:
             raise bad_request(str(exc)) from None
         authorize_read(self.gateway.acls, request, spec.group, request_topics.named_topics)
+        if spec.dead_letter_topic is not None:
+            self.gateway.acls.check(principal_of(request.scope), client_host(request), AclOperation.WRITE,
+                                    ResourceType.TOPIC, spec.dead_letter_topic)
         if len(self.manager.store.specs()) >= config.push_subscriptions_max:
             raise ApiError(429, "TOO_MANY_SUBSCRIPTIONS", f"the deployment has gateway.push.subscriptions.max="
                            f"{config.push_subscriptions_max} subscriptions; delete one first", retry_after_s=1)
         try:
-            for topic in request_topics.named_topics:
+            for topic in (*request_topics.named_topics, *filter(None, [spec.dead_letter_topic])):
                 await self.gateway.topics.partition_count(topic)
             await asyncio.to_thread(self.manager.store.put, spec)
         except UnknownTopic as exc:

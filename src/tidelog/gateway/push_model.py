@@ -7,6 +7,10 @@
   mean for a pull-read session (``read_model``); ``endpoint`` is an ``http``/``https`` URL;
   ``timeoutMs`` bounds one delivery (a POST to the endpoint), after which it counts as failed;
   a failed delivery is retried after ``retryBackoffMs``, doubling per failure up to ``retryBackoffMaxMs``.
+  ``deadLetterTopic`` (optional, an existing topic the subscriber may write) with
+  ``deadLetterAfterAttempts`` (default 10): a batch that many attempts failed for is written there
+  instead (each record with its key, value and headers plus ``tidelog-dlq-*`` headers naming where it
+  came from and why), committed, and delivery goes on; without it a batch is retried for ever.
 - Kept in the cluster (``push_store``) as one record of a compacted topic per subscription: key the
   subscription id (UTF-8), value the JSON object ``SubscriptionSpec.to_json`` (the request's fields
   with their defaults filled in, plus ``id``, ``principal``, ``createdMs`` and ``version`` 1); a
@@ -29,14 +33,15 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from tidelog.gateway.model import InvalidRequest
+from tidelog.gateway.model import InvalidRequest, check_topic
 from tidelog.gateway.read_model import Delivered, SessionRequest, parse_session, record_json
 
 MAX_BATCH_RECORDS = 10_000
 DEFAULT_BATCH_RECORDS = 100
 MAX_ENDPOINT_CHARS = 2048
 _FIELDS = {"group", "topics", "endpoint", "maxBatchRecords", "autoOffsetReset", "dataCentres", "timeoutMs",
-           "retryBackoffMs", "retryBackoffMaxMs"}
+           "retryBackoffMs", "retryBackoffMaxMs", "deadLetterTopic", "deadLetterAfterAttempts"}
+DEFAULT_DEAD_LETTER_ATTEMPTS = 10
 _ID = re.compile(r"sub-[0-9a-f]{32}")
 VERSION = 1
 
@@ -55,6 +60,8 @@ class SubscriptionSpec:
     timeout_ms: int
     retry_backoff_ms: int
     retry_backoff_max_ms: int
+    dead_letter_topic: str | None = None
+    dead_letter_after_attempts: int = DEFAULT_DEAD_LETTER_ATTEMPTS
 
     def session_request(self, *, own_group: str, state_topic: str) -> SessionRequest:
         """The consumer-group subscription (topics expanded by data centre), as a read session's."""
@@ -77,6 +84,9 @@ class SubscriptionSpec:
                                "retryBackoffMaxMs": self.retry_backoff_max_ms}
         if self.data_centres is not None:
             out["dataCentres"] = self.data_centres if isinstance(self.data_centres, str) else list(self.data_centres)
+        if self.dead_letter_topic is not None:
+            out["deadLetterTopic"] = self.dead_letter_topic
+            out["deadLetterAfterAttempts"] = self.dead_letter_after_attempts
         return out
 
 
@@ -127,13 +137,21 @@ def parse_subscription(body: bytes, *, principal: str, now_ms: int, own_group: s
     backoff = _int(obj, "retryBackoffMs", 100, 1, 60_000)
     backoff_max = _int(obj, "retryBackoffMaxMs", max(backoff, 30_000), backoff, 600_000)
     centres = obj.get("dataCentres")
+    dead_letter = obj.get("deadLetterTopic")
+    if dead_letter is not None:
+        if not isinstance(dead_letter, str):
+            raise InvalidRequest("'deadLetterTopic' must be a topic name")
+        check_topic(dead_letter)
+    elif "deadLetterAfterAttempts" in obj:
+        raise InvalidRequest("'deadLetterAfterAttempts' goes with 'deadLetterTopic'")
     return SubscriptionSpec(
         id=new_subscription_id(), principal=principal, created_ms=now_ms, group=session.group,
         topics=tuple(dict.fromkeys(obj["topics"])),
         data_centres=centres if centres is None or isinstance(centres, str) else tuple(centres),
         endpoint=endpoint, max_batch_records=_int(obj, "maxBatchRecords", DEFAULT_BATCH_RECORDS, 1, MAX_BATCH_RECORDS),
         auto_offset_reset=session.auto_offset_reset, timeout_ms=_int(obj, "timeoutMs", 10_000, 100, 120_000),
-        retry_backoff_ms=backoff, retry_backoff_max_ms=backoff_max)
+        retry_backoff_ms=backoff, retry_backoff_max_ms=backoff_max, dead_letter_topic=dead_letter,
+        dead_letter_after_attempts=_int(obj, "deadLetterAfterAttempts", DEFAULT_DEAD_LETTER_ATTEMPTS, 1, 1_000_000))
 
 
 def spec_from_record(key: bytes, value: bytes) -> SubscriptionSpec:
@@ -148,7 +166,9 @@ def spec_from_record(key: bytes, value: bytes) -> SubscriptionSpec:
         data_centres=centres if centres is None or isinstance(centres, str) else tuple(str(c) for c in centres),
         endpoint=str(obj["endpoint"]), max_batch_records=int(obj["maxBatchRecords"]),
         auto_offset_reset=str(obj["autoOffsetReset"]), timeout_ms=int(obj["timeoutMs"]),
-        retry_backoff_ms=int(obj["retryBackoffMs"]), retry_backoff_max_ms=int(obj["retryBackoffMaxMs"]))
+        retry_backoff_ms=int(obj["retryBackoffMs"]), retry_backoff_max_ms=int(obj["retryBackoffMaxMs"]),
+        dead_letter_topic=None if obj.get("deadLetterTopic") is None else str(obj["deadLetterTopic"]),
+        dead_letter_after_attempts=int(obj.get("deadLetterAfterAttempts", DEFAULT_DEAD_LETTER_ATTEMPTS)))
 
 
 def spec_record(spec: SubscriptionSpec) -> bytes:

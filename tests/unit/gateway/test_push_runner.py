@@ -16,8 +16,9 @@ import httpx
 import pytest
 
 from tidelog.gateway.config import GatewayConfig
+from tidelog.gateway.model import InvalidRequest
 from tidelog.gateway.push import PushMetrics, PushRunner
-from tidelog.gateway.push_model import parse_subscription
+from tidelog.gateway.push_model import parse_subscription, spec_from_record, spec_record
 from tidelog.gateway.read_model import Delivered, Offset
 from tidelog.observability.registry import Counter, Registry
 
@@ -75,15 +76,31 @@ def records(partition: int, offsets: range) -> list[Delivered]:
     return [Delivered("t", partition, o, 0, None, f"p{partition}-{o}".encode(), ()) for o in offsets]
 
 
-def deliver(endpoint: Endpoint, member: Member, batch: list[Delivered]) -> tuple[PushRunner, Registry]:
+class DeadLetterTopic:
+    """Stands in for ``DeadLetters`` (our seam): keeps what it was asked to write; fails while told to."""
+
+    def __init__(self, fail: int = 0) -> None:
+        self.fail = fail
+        self.written: list[tuple[str, str, list[Delivered], str]] = []
+
+    def write(self, topic: str, subscription: str, records: list[Delivered], error: str) -> None:
+        if self.fail > 0:
+            self.fail -= 1
+            raise RuntimeError("1 records not acknowledged")
+        self.written.append((topic, subscription, list(records), error))
+
+
+def deliver(endpoint: Endpoint, member: Member, batch: list[Delivered], *, dead_letters: DeadLetterTopic | None = None,
+            **options: object) -> tuple[PushRunner, Registry]:
     spec = parse_subscription(json.dumps({"group": "g", "topics": ["t"], "endpoint": endpoint.url,
-                                          "retryBackoffMs": 1, "retryBackoffMaxMs": 4}).encode(),
+                                          "retryBackoffMs": 1, "retryBackoffMaxMs": 4, **options}).encode(),
                               principal="User:a", now_ms=0, own_group="gw", state_topic="state")
     registry = Registry()
 
     async def run() -> PushRunner:
         async with httpx.AsyncClient() as http:
-            runner = PushRunner(spec, GatewayConfig(), http, PushMetrics.register(registry))
+            runner = PushRunner(spec, GatewayConfig(), http, PushMetrics.register(registry),
+                                dead_letters or DeadLetterTopic())  # type: ignore[arg-type]
             await runner._deliver(member, batch)  # type: ignore[arg-type]
             return runner
     return asyncio.run(run()), registry
@@ -126,3 +143,38 @@ def test_a_batch_whose_partitions_all_moved_away_is_dropped_here_without_a_commi
     endpoint.on_post = lambda n: member.held.clear()
     runner, _ = deliver(endpoint, member, records(0, range(2)))
     assert len(endpoint.bodies) == 1 and member.commits == [] and not runner.paused
+
+
+def test_a_batch_failing_dead_letter_after_attempts_times_goes_to_the_dead_letter_topic_and_is_committed(
+        endpoint: Endpoint) -> None:
+    endpoint.statuses = [400] * 10
+    member = Member({("t", 0): 3})
+    dead = DeadLetterTopic(fail=1)  # the first dead-letter write fails: tried again after the next attempt
+    runner, registry = deliver(endpoint, member, records(0, range(3)), dead_letters=dead,
+                               deadLetterTopic="t-dlq", deadLetterAfterAttempts=3)
+    assert [b["attempt"] for b in endpoint.bodies] == [1, 2, 3, 4]
+    assert [(topic, sub, [r.offset for r in batch], error) for topic, sub, batch, error in dead.written] == [
+        ("t-dlq", runner.spec.id, [0, 1, 2], "the endpoint answered 400")]
+    assert member.commits == [[Offset("t", 0, 3)]]  # handled: the subscription goes on
+    assert (runner.paused, runner.failures) == (False, 0)
+    dead_lettered = registry.get("gateway_push_dead_lettered_records_total")
+    delivered = registry.get("gateway_push_records_delivered_total")
+    assert isinstance(dead_lettered, Counter) and isinstance(delivered, Counter)
+    assert dead_lettered.value((runner.spec.id,)) == 3 and delivered.value((runner.spec.id,)) == 0
+
+
+def test_dead_letter_settings_are_checked_and_kept() -> None:
+    base = {"group": "g", "topics": ["t"], "endpoint": "http://h/"}
+
+    def parse(**extra: object) -> object:
+        return parse_subscription(json.dumps({**base, **extra}).encode(), principal="User:a", now_ms=0,
+                                  own_group="gw", state_topic="state")
+
+    spec = parse(deadLetterTopic="t-dlq")
+    assert spec.dead_letter_topic == "t-dlq" and spec.dead_letter_after_attempts == 10  # type: ignore[attr-defined]
+    assert spec_from_record(spec.id.encode(), spec_record(spec)) == spec  # type: ignore[attr-defined, arg-type]
+    for bad, message in (({"deadLetterAfterAttempts": 3}, "goes with 'deadLetterTopic'"),
+                         ({"deadLetterTopic": "__internal"}, "internal"), ({"deadLetterTopic": 7}, "topic name"),
+                         ({"deadLetterTopic": "t-dlq", "deadLetterAfterAttempts": 0}, "deadLetterAfterAttempts")):
+        with pytest.raises(InvalidRequest, match=message):
+            parse(**bad)
