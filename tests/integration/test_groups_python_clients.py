@@ -43,8 +43,9 @@ def is_disjoint_complete(assignments: list[frozenset[int]], count: int, each: in
 
 # kafka-python 3.0.12 strands a member whose JoinGroup/SyncGroup completes after poll() gave up
 # waiting for it (join_group_async stops awaiting the join once need_rejoin() turns False, so the
-# join is never completed and heartbeats stay off). Polls long enough for a rebalance avoid that.
-KAFKA_PYTHON_POLL_MS = 1000
+# join is never completed and heartbeats stay off). Polls long enough for a rebalance avoid that: 1 s
+# was not, once, with two busy xdist workers beside a CI run (ci24: a member left with no partitions).
+KAFKA_PYTHON_POLL_MS = 3000
 
 
 class ThreadedMember:

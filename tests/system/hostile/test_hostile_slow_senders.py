@@ -24,6 +24,7 @@ from helpers.raw_client import encode_request
 MIB = 1 << 20
 BUDGET = 104_857_600  # queued.max.request.bytes' default
 DECLARED, SENT = 100_000_000, 90 * MIB
+BYSTANDER_SLACK = MIB  # the bystander's own requests in flight, each a few hundred bytes
 READ_TIMEOUT_MS = 2000
 MARGIN = 40 * MIB  # the bystander's traffic, socket buffers, one receive area per connection
 P99_LIMIT_MS = 50.0
@@ -70,7 +71,9 @@ def test_twenty_half_sent_large_requests_take_no_more_memory_than_the_receive_bu
     assert not bystander.errors
     assert grown < BUDGET + MARGIN, f"broker peak RSS grew by {grown / MIB:.0f} MiB"
     assert bystander.p99_ms() < P99_LIMIT_MS
-    assert waiting >= 15 and 0 < reserved <= DECLARED  # one request at a time was read, the others paused
+    # one large request at a time was read, the others paused (the bystander's small produce requests
+    # reserve their own bytes meanwhile: ci24 saw 244 of them on top)
+    assert waiting >= 15 and 0 < reserved <= DECLARED + BYSTANDER_SLACK
     assert timed_out >= 1, "a stalled sender holding the budget was not closed"
     wait_until(lambda: metric(metrics_port(broker), "tidelog_request_receive_budget_reserved_bytes") == 0,
                timeout=5, message="the budget to be given back once the senders are gone")
