@@ -26,14 +26,13 @@ check, so a follower that catches up later still takes over. A follower with a d
 the ISR the same way (``may_repair``), then its fetcher truncates and refetches: the repair goes below the
 high watermark, and no ISR member may lack a committed record.
 
-Producers waiting for acks=all wait here (``wait_for_high_watermark``) until the high watermark passes
-their batch. A wait names the *tenure* under which its batch was appended (``tenure``, taken in the
-same turn of the event loop as the append): a tenure is one unbroken stretch of leadership, across
-leader epochs, and ends when the broker stops leading (it may truncate as a follower afterwards). The
-produce path awaits between its append and its wait (rolls, flushes, a turn for woken fetches), and
-leadership can move in between: such a wait answers NOT_LEADER_OR_FOLLOWER at once (the client retries
-at the new leader, whose producer state knows the batch), where it used to wait for a high watermark
-this broker no longer moves until the request timed out (30 s of librdkafka's request.timeout.ms). A broker whose metadata lease is in doubt (``store.lease_valid()`` false: no renewal for
+Producers waiting for acks=all wait here until the high watermark passes their batch. The waiter is
+registered in the same turn of the event loop as the append (``watch_high_watermark``), and every
+leadership change fails the waiters it finds: the produce path awaits between its append and its
+answer (rolls, flushes, a turn for woken fetches), and a waiter registered after leadership had moved
+would wait for a high watermark this broker no longer moves until the request timed out (30 s of
+librdkafka's request.timeout.ms); now the client hears NOT_LEADER_OR_FOLLOWER at once and retries at
+the new leader, whose producer state knows the batch. A broker whose metadata lease is in doubt (``store.lease_valid()`` false: no renewal for
 ``broker.session.timeout.ms`` minus two heartbeats) refuses writes as leader, so it stops acting as
 leader before the controller can elect another (the timing argument: docs/dev/cluster-design.md).
 """
@@ -41,12 +40,11 @@ leader before the controller can elect another (the timing argument: docs/dev/cl
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Literal, Protocol
+from typing import Protocol
 
 from tidelog.common.config import RACK_AWARE_SELECTOR, BrokerConfig
 from tidelog.common.errors import ErrorCode, KafkaError
@@ -118,8 +116,6 @@ class ReplicaManager:
         self.followed: dict[TopicPartition, int] = {}
         self.fetchers: dict[int, FollowerFetcher] = {}
         self.waiters: dict[TopicPartition, list[Waiter]] = {}
-        self._tenures: dict[TopicPartition, int] = {}  # the current tenure of each partition led here
-        self._next_tenure = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
         self._lag_task: asyncio.Task[None] | None = None
         self._fenced = False
@@ -236,8 +232,6 @@ class ReplicaManager:
             return
         self._unfollow(tp)
         plog.begin_leader_epoch(partition.leader_epoch)
-        if current is None:  # a new tenure; a new epoch of an unbroken leadership keeps its tenure
-            self._tenures[tp] = next(self._next_tenure)
         self.leaders[tp] = LeaderState.become_leader(
             self.node_id, partition.leader_epoch, partition.partition_epoch, partition.replicas, partition.isr,
             plog.log_end_offset, plog.high_watermark, self.now_ms(), self.lag_time_max_ms,
@@ -393,33 +387,33 @@ class ReplicaManager:
         else:
             del self.waiters[tp]
 
-    def tenure(self, tp: TopicPartition) -> int | None:
-        """The current tenure of a partition led here (None if not led here): what an acks=all append
-        hands to :meth:`wait_for_high_watermark`."""
-        return self._tenures.get(tp) if tp in self.leaders else None
-
-    def wait_for_high_watermark(self, tp: TopicPartition, required_offset: int, timeout_ms: int,
-                                tenure: int | Literal["now"] | None = "now") -> Awaitable[ErrorCode]:
-        """acks=all: wait until the high watermark reaches ``required_offset`` (the batch's end), the batch
-        having been appended in ``tenure`` ("now": the current one, taken at this call, before any
-        await: right for a caller that appended in this same turn of the event loop);
-        NOT_LEADER_OR_FOLLOWER at once when that tenure is over."""
-        return self._wait_for_high_watermark(tp, required_offset, timeout_ms,
-                                             self.tenure(tp) if tenure == "now" else tenure)
-
-    async def _wait_for_high_watermark(self, tp: TopicPartition, required_offset: int, timeout_ms: int,
-                                       tenure: int | None) -> ErrorCode:
-        if tenure is None or tp not in self.leaders or self._tenures.get(tp) != tenure:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        plog = self.logs.get_log(*tp)
-        if plog is not None and plog.high_watermark >= required_offset:
-            return ErrorCode.NONE
+    def watch_high_watermark(self, tp: TopicPartition, required_offset: int) -> asyncio.Future[ErrorCode]:
+        """acks=all: a future the high watermark's passing ``required_offset`` (the batch's end) resolves
+        with NONE, and a leadership change with NOT_LEADER_OR_FOLLOWER. Call it in the turn of the event
+        loop that appended the batch: registered later, it could miss the leadership change it must hear
+        of (resolved at once when this broker no longer leads the partition)."""
         future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
-        self.waiters.setdefault(tp, []).append(Waiter(required_offset, future))
+        plog = self.logs.get_log(*tp)
+        if tp not in self.leaders:
+            future.set_result(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        elif plog is not None and plog.high_watermark >= required_offset:
+            future.set_result(ErrorCode.NONE)
+        else:
+            self.waiters.setdefault(tp, []).append(Waiter(required_offset, future))
+        return future
+
+    @staticmethod
+    async def await_high_watermark(watched: asyncio.Future[ErrorCode], timeout_ms: int) -> ErrorCode:
+        """The outcome of :meth:`watch_high_watermark`'s future; REQUEST_TIMED_OUT after ``timeout_ms``."""
         try:
-            return await asyncio.wait_for(future, timeout_ms / 1000)
+            return await asyncio.wait_for(watched, timeout_ms / 1000)
         except TimeoutError:
             return ErrorCode.REQUEST_TIMED_OUT
+
+    def wait_for_high_watermark(self, tp: TopicPartition, required_offset: int, timeout_ms: int) -> Awaitable[ErrorCode]:
+        """Both at once, for a caller that appended in this same turn of the event loop (the waiter is
+        registered by this call, before any await)."""
+        return self.await_high_watermark(self.watch_high_watermark(tp, required_offset), timeout_ms)
 
     def _fail_waiters(self, tp: TopicPartition, error: ErrorCode) -> None:
         for waiter in self.waiters.pop(tp, []):

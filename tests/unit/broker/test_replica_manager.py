@@ -127,8 +127,8 @@ def test_acks_all_completes_when_the_follower_fetches_past_the_batch(tmp_path: P
 
 def test_an_acks_all_wait_made_after_leadership_moved_answers_not_leader_at_once(tmp_path: Path) -> None:
     # The produce path awaits between its append and its wait (rolls, flushes, a turn for woken
-    # fetches): leadership may move in between. The wait used to hang until its timeout (30 s for
-    # librdkafka's request.timeout.ms), since no waiter registered after the move is ever completed.
+    # fetches): leadership may move in between. A waiter registered only then used to hang until its
+    # timeout (30 s for librdkafka's request.timeout.ms): nothing completes it any more.
     async def run() -> None:
         store = MemoryStore(image_with("t", uuid.uuid4(), leader=1, isr=(1, 2)))
         rm, logs = manager(tmp_path, store)
@@ -137,28 +137,25 @@ def test_an_acks_all_wait_made_after_leadership_moved_answers_not_leader_at_once
         assert plog is not None
         plog.append_as_leader(batch(4), leader_epoch=3, now_ms=0)
         rm.appended(("t", 0), plog)
-        tenure = rm.tenure(("t", 0))
-        assert tenure is not None
-        moved = image_with("t", store.image.topics["t"].topic_id, leader=2)
-        rm.apply(moved)  # broker 2 leads now: this one follows
-        answer = await asyncio.wait_for(rm.wait_for_high_watermark(("t", 0), 4, 5000, tenure), 1)
-        assert answer is ErrorCode.NOT_LEADER_OR_FOLLOWER
-        # leading again is another tenure: the batch may have been truncated as a follower meanwhile
-        back = image_with("t", store.image.topics["t"].topic_id, leader=1)
+        watched = rm.watch_high_watermark(("t", 0), 4)  # in the append's turn, as the produce path does
+        topic_id = store.image.topics["t"].topic_id
+        rm.apply(image_with("t", topic_id, leader=2))  # broker 2 leads now: this one follows
+        assert await asyncio.wait_for(rm.await_high_watermark(watched, 5000), 1) is ErrorCode.NOT_LEADER_OR_FOLLOWER
+        late = rm.wait_for_high_watermark(("t", 0), 4, 5000)  # asked only after the move
+        assert await asyncio.wait_for(late, 1) is ErrorCode.NOT_LEADER_OR_FOLLOWER
+        # leading again: the old watch stays answered (the batch may have been truncated meanwhile)
+        back = image_with("t", topic_id, leader=1)
         rm.apply(back.with_partition("t", replace(back.topics["t"].partitions[0], leader_epoch=5)))
-        assert rm.tenure(("t", 0)) not in (None, tenure)
-        assert await asyncio.wait_for(rm.wait_for_high_watermark(("t", 0), 4, 5000, tenure), 1) \
-            is ErrorCode.NOT_LEADER_OR_FOLLOWER
-        # a new leader epoch of an unbroken leadership keeps the tenure: its waits complete as usual
-        current = rm.tenure(("t", 0))
+        assert watched.result() is ErrorCode.NOT_LEADER_OR_FOLLOWER
+        # a new leader epoch of an unbroken leadership keeps its waiters: they complete as usual
         plog.append_as_leader(batch(2), leader_epoch=5, now_ms=0)
         rm.appended(("t", 0), plog)
         end = plog.log_end_offset
-        partition = store.image.topics["t"].partitions[0]
-        rm.apply(store.image.with_partition("t", replace(partition, leader=1, leader_epoch=6, partition_epoch=9)))
-        assert rm.tenure(("t", 0)) == current
-        waiting = asyncio.ensure_future(rm.wait_for_high_watermark(("t", 0), end, 5000, current))
+        waiting = asyncio.ensure_future(rm.wait_for_high_watermark(("t", 0), end, 5000))
+        current = back.topics["t"].partitions[0]
+        rm.apply(back.with_partition("t", replace(current, leader_epoch=6, partition_epoch=9)))
         await asyncio.sleep(0)
+        assert not waiting.done()
         rm.follower_fetched(("t", 0), 2, end, 6)
         assert await asyncio.wait_for(waiting, 1) is ErrorCode.NONE
         await rm.stop()

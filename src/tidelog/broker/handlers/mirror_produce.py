@@ -63,7 +63,7 @@ class _Outcome:
     message: str | None = None
     plog: PartitionLog | None = None
     required: int = -1  # acks=-1: the high watermark this partition's answer waits for
-    tenure: int | None = None  # the leader's tenure the append was made in (replica_manager.py)
+    watched: asyncio.Future[ErrorCode] | None = None  # its watch, registered in the append's turn
     duplicates: int = 0
 
 
@@ -127,7 +127,7 @@ def _append(ctx: BrokerContext, conn: ConnectionInfo, req: _Request, topic: str,
             ctx.metrics.produced(topic, len(pdata.records), info.record_count)
         if req.acks == -1 and replicas is not None:
             out.required = min(info.last_offset + 1, plog.log_end_offset)
-            out.tenure = replicas.tenure((topic, pdata.index))
+            out.watched = replicas.watch_high_watermark((topic, pdata.index), out.required)
         if plog.log_start_offset < source_start:
             # the source's retention or DeleteRecords moved its start: follow it, up to what is replicated
             plog.delete_records_before(min(source_start, plog.high_watermark))
@@ -159,13 +159,12 @@ async def mirror_produce(ctx: BrokerContext, conn: ConnectionInfo, header: Reque
     loop = asyncio.get_running_loop()
     for plog in req.to_flush:
         await loop.run_in_executor(None, plog.flush)
-    waits = [(topic, out) for topic, outs in outcomes for out in outs if out.required >= 0]
+    waits = [(topic, out) for topic, outs in outcomes for out in outs if out.watched is not None]
     if waits:
         assert ctx.replicas is not None
         timeout_ms = int(request.timeout.total_seconds() * 1000)
-        errors = await asyncio.gather(*(ctx.replicas.wait_for_high_watermark((topic, out.index), out.required, timeout_ms,
-                                                                             out.tenure)
-                                        for topic, out in waits))
+        errors = await asyncio.gather(*(ctx.replicas.await_high_watermark(out.watched, timeout_ms)
+                                        for _, out in waits if out.watched is not None))
         for (_, out), error in zip(waits, errors, strict=True):
             if error is not ErrorCode.NONE:
                 out.error, out.message = error, f"high watermark did not reach {out.required} in time"

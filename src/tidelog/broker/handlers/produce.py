@@ -66,13 +66,13 @@ SEQUENCE_ERRORS = frozenset({ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.I
 
 def _append_one(
     ctx: BrokerContext, conn: ConnectionInfo, topic: str, pdata: Any, acks: int, denied: ErrorCode | KafkaError | None,
-    to_flush: list[PartitionLog], woken: list[bool], replicated: list[tuple[int, int, int | None]],
+    to_flush: list[PartitionLog], woken: list[bool], replicated: list[tuple[int, asyncio.Future[ErrorCode]]],
     prepared: PreparedAppend | KafkaError | None = None,
 ) -> ProducePartitionResult:
     """Append one partition's batches; every failure becomes that partition's error code alone.
 
-    In a cluster with acks=all, ``replicated`` gets (partition, offset the high watermark must reach,
-    the leader's tenure it was appended in)."""
+    In a cluster with acks=all, ``replicated`` gets (partition, the watch of its high watermark),
+    registered here, in the append's turn of the event loop (replica_manager.py says why)."""
     plog: PartitionLog | None = None
     message: str | None = None
     record_errors: tuple[tuple[int, str | None], ...] = ()
@@ -108,7 +108,8 @@ def _append_one(
         if replicas is not None:
             replicas.appended((topic, pdata.index), plog)
             if acks == -1:
-                replicated.append((pdata.index, info.last_offset + 1, replicas.tenure((topic, pdata.index))))
+                replicated.append((pdata.index, replicas.watch_high_watermark((topic, pdata.index),
+                                                                              info.last_offset + 1)))
         if info.needs_flush:
             to_flush.append(plog)
         if not info.duplicate:
@@ -193,7 +194,7 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
     to_flush: list[PartitionLog] = []
     woken = [False]  # set when an append woke a waiting fetch
     topics: list[tuple[str, Any, list[ProducePartitionResult]]] = []
-    waits: list[tuple[str, list[ProducePartitionResult], list[tuple[int, int, int | None]]]] = []
+    waits: list[tuple[str, list[ProducePartitionResult], list[tuple[int, asyncio.Future[ErrorCode]]]]] = []
     transactional_id = getattr(request, "transactional_id", None)
     txn_denied = transactional_id is not None and not authorize(ctx, conn, Op.WRITE, TRANSACTIONAL_ID, transactional_id)
     for topic_data in request.topic_data:
@@ -210,7 +211,7 @@ async def produce(ctx: BrokerContext, conn: ConnectionInfo, header: RequestHeade
                                 f"topic {name} is a mirror destination written only by mirror link {link} "
                                 f"({MIRROR_SOURCE}); remove {MIRROR_SOURCE} to produce to it")
         partitions = []
-        replicated: list[tuple[int, int, int | None]] = []
+        replicated: list[tuple[int, asyncio.Future[ErrorCode]]] = []
         for pdata in topic_data.partition_data:
             refused: ErrorCode | KafkaError | None = denied
             if transactional_id is not None and refused is None:
@@ -267,15 +268,15 @@ def _record_quota(ctx: BrokerContext, conn: ConnectionInfo) -> None:
 
 
 async def _wait_for_replication(
-    ctx: BrokerContext, waits: list[tuple[str, list[ProducePartitionResult], list[tuple[int, int, int | None]]]],
+    ctx: BrokerContext, waits: list[tuple[str, list[ProducePartitionResult], list[tuple[int, asyncio.Future[ErrorCode]]]]],
     timeout_ms: float,
 ) -> None:
     """acks=all in a cluster: each appended partition's answer waits for its high watermark."""
     replicas = ctx.replicas
     assert replicas is not None
     pending = [
-        (results, index, replicas.wait_for_high_watermark((topic, index), required, int(timeout_ms), tenure))
-        for topic, results, replicated in waits for index, required, tenure in replicated
+        (results, index, replicas.await_high_watermark(watched, int(timeout_ms)))
+        for _, results, replicated in waits for index, watched in replicated
     ]
     outcomes = await asyncio.gather(*(wait for _, _, wait in pending))
     for (results, index, _), error in zip(pending, outcomes, strict=True):
