@@ -1,11 +1,12 @@
 """Webhook endpoints for the gateway's push tests (integration and compat): one that takes every
-other batch and answers the others with a 500 or not in time, one that refuses every batch."""
+other batch and answers the others with a 500 or not in time, one that answers as scripted."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -77,18 +78,22 @@ class FlakyEndpoint:
         self.server.server_close()
 
 
-class RefusingEndpoint:
-    """An endpoint that refuses every batch with a 422."""
+class ScriptedEndpoint:
+    """Answers each POST with the next status of ``statuses`` (then ``default``), after calling
+    ``on_post`` with the number of POSTs so far; keeps every body."""
 
-    def __init__(self) -> None:
-        self.requests = 0
+    def __init__(self, default: int = 204) -> None:
+        self.default = default
+        self.statuses: list[int] = []
+        self.bodies: list[dict[str, Any]] = []
+        self.on_post: Callable[[int], None] = lambda n: None
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers["content-length"]))
-                endpoint.requests += 1
-                self.send_response(422)
+                endpoint.bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+                endpoint.on_post(len(endpoint.bodies))
+                self.send_response(endpoint.statuses.pop(0) if endpoint.statuses else endpoint.default)
                 self.send_header("content-length", "0")
                 self.end_headers()
 
@@ -98,7 +103,7 @@ class RefusingEndpoint:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
 
-    def __enter__(self) -> RefusingEndpoint:
+    def __enter__(self) -> ScriptedEndpoint:
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
         return self
 

@@ -24,7 +24,7 @@ from confluent_kafka import TopicPartition
 from helpers.broker_process import BrokerProcess, module_broker, wait_until
 from helpers.clients import consume, consumer, create_topic, produce_all, producer, unique_topic
 from helpers.gateway_process import GATEWAY_TEST_BROKER, GatewayProcess
-from helpers.push_endpoint import FlakyEndpoint, RefusingEndpoint
+from helpers.push_endpoint import FlakyEndpoint, ScriptedEndpoint
 
 push_broker = module_broker("push_broker", GATEWAY_TEST_BROKER)
 PARTITIONS = 3
@@ -186,7 +186,7 @@ def test_batches_an_endpoint_keeps_refusing_go_to_the_dead_letter_topic_and_deli
     dead = create_topic(bootstrap, unique_topic("dlq"), 1)
     group = f"hook-{uuid.uuid4().hex[:8]}"
     produce_all(producer(bootstrap), topic, [f"r{i}".encode() for i in range(30)], partition=0)
-    refusing = RefusingEndpoint()
+    refusing = ScriptedEndpoint(default=422)
     with refusing, GatewayProcess(tmp_path, bootstrap).start(60) as gateway:
         missing = httpx.post(f"{gateway.url}/v1/subscriptions", timeout=30, json={
             "group": group, "topics": [topic], "endpoint": refusing.url, "deadLetterTopic": "no-such-dlq"})
@@ -207,7 +207,7 @@ def test_batches_an_endpoint_keeps_refusing_go_to_the_dead_letter_topic_and_deli
     assert headers["tidelog-dlq-topic"] == topic.encode() and headers["tidelog-dlq-offset"] == b"7"
     assert headers["tidelog-dlq-partition"] == b"0" and headers["tidelog-dlq-subscription"] == sub.encode()
     assert headers["tidelog-dlq-error"] == b"the endpoint answered 422"
-    assert refusing.requests >= 6  # two attempts of each of the three batches
+    assert len(refusing.bodies) >= 6  # two attempts of each of the three batches
 
 
 def committed_one(bootstrap: str, group: str, topic: str) -> int:

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
+from helpers.push_endpoint import ScriptedEndpoint
 from tidelog.gateway.config import GatewayConfig
 from tidelog.gateway.model import InvalidRequest
 from tidelog.gateway.push import PushMetrics, PushRunner
@@ -23,38 +21,10 @@ from tidelog.gateway.read_model import Delivered, Offset
 from tidelog.observability.registry import Counter, Registry
 
 
-class Endpoint:
-    """Answers each POST with the next status of ``statuses`` (then 204), after calling ``on_post``."""
-
-    def __init__(self) -> None:
-        self.statuses: list[int] = []
-        self.bodies: list[dict[str, Any]] = []
-        self.on_post: Callable[[int], None] = lambda n: None
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                endpoint.bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
-                endpoint.on_post(len(endpoint.bodies))
-                self.send_response(endpoint.statuses.pop(0) if endpoint.statuses else 204)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-
 @pytest.fixture
-def endpoint() -> Iterator[Endpoint]:
-    served = Endpoint()
-    thread = threading.Thread(target=served.server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield served
-    served.server.shutdown()
-    served.server.server_close()
+def endpoint() -> Iterator[ScriptedEndpoint]:
+    with ScriptedEndpoint() as served:
+        yield served
 
 
 class Member:
@@ -90,7 +60,7 @@ class DeadLetterTopic:
         self.written.append((topic, subscription, list(records), error))
 
 
-def deliver(endpoint: Endpoint, member: Member, batch: list[Delivered], *, dead_letters: DeadLetterTopic | None = None,
+def deliver(endpoint: ScriptedEndpoint, member: Member, batch: list[Delivered], *, dead_letters: DeadLetterTopic | None = None,
             **options: object) -> tuple[PushRunner, Registry]:
     spec = parse_subscription(json.dumps({"group": "g", "topics": ["t"], "endpoint": endpoint.url,
                                           "retryBackoffMs": 1, "retryBackoffMaxMs": 4, **options}).encode(),
@@ -106,7 +76,7 @@ def deliver(endpoint: Endpoint, member: Member, batch: list[Delivered], *, dead_
     return asyncio.run(run()), registry
 
 
-def test_a_failing_batch_is_sent_again_unchanged_until_a_2xx_and_only_then_committed(endpoint: Endpoint) -> None:
+def test_a_failing_batch_is_sent_again_unchanged_until_a_2xx_and_only_then_committed(endpoint: ScriptedEndpoint) -> None:
     endpoint.statuses = [500, 404, 503]
     member = Member({("t", 0): 3, ("t", 1): 2})
     runner, registry = deliver(endpoint, member, records(0, range(3)) + records(1, range(2)))
@@ -121,7 +91,7 @@ def test_a_failing_batch_is_sent_again_unchanged_until_a_2xx_and_only_then_commi
 
 
 def test_records_of_a_partition_taken_away_during_retries_are_neither_sent_again_nor_committed(
-        endpoint: Endpoint) -> None:
+        endpoint: ScriptedEndpoint) -> None:
     member = Member({("t", 0): 2, ("t", 1): 2})
     endpoint.statuses = [500]
     endpoint.on_post = lambda n: member.held.pop(("t", 1), None)  # a rebalance while the batch fails
@@ -130,14 +100,14 @@ def test_records_of_a_partition_taken_away_during_retries_are_neither_sent_again
     assert member.commits == [[Offset("t", 0, 2)]]
 
 
-def test_a_partition_that_left_and_came_back_is_not_committed_from_an_old_batch(endpoint: Endpoint) -> None:
+def test_a_partition_that_left_and_came_back_is_not_committed_from_an_old_batch(endpoint: ScriptedEndpoint) -> None:
     member = Member({("t", 0): 2, ("t", 1): 2})
     endpoint.on_post = lambda n: member.held.update({("t", 1): 1})  # revoked, assigned again, re-read
     deliver(endpoint, member, records(0, range(2)) + records(1, range(2)))
     assert member.commits == [[Offset("t", 0, 2)]]
 
 
-def test_a_batch_whose_partitions_all_moved_away_is_dropped_here_without_a_commit(endpoint: Endpoint) -> None:
+def test_a_batch_whose_partitions_all_moved_away_is_dropped_here_without_a_commit(endpoint: ScriptedEndpoint) -> None:
     member = Member({("t", 0): 2})
     endpoint.statuses = [500]
     endpoint.on_post = lambda n: member.held.clear()
@@ -146,7 +116,7 @@ def test_a_batch_whose_partitions_all_moved_away_is_dropped_here_without_a_commi
 
 
 def test_a_batch_failing_dead_letter_after_attempts_times_goes_to_the_dead_letter_topic_and_is_committed(
-        endpoint: Endpoint) -> None:
+        endpoint: ScriptedEndpoint) -> None:
     endpoint.statuses = [400] * 10
     member = Member({("t", 0): 3})
     dead = DeadLetterTopic(fail=1)  # the first dead-letter write fails: tried again after the next attempt
