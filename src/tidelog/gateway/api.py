@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tidelog.common.acl import AclOperation, ResourceType
+from tidelog.gateway.acls import client_host
 from tidelog.gateway.model import InvalidRequest, WriteRequest, check_topic, parse_json, parse_raw
 from tidelog.gateway.service import Busy, Gateway, NotOwner
 from tidelog.gateway.shard import ShardUnavailable, WriteFailed, WriteResult
@@ -100,8 +101,9 @@ class GatewayApi:
         return await self._owned(request, body, lambda: self._write(parsed, request))
 
     def _authorize(self, request: Request, operation: AclOperation, topic: str) -> None:
-        """The caller's Kafka ACLs on the topic as written (``<dc>.<topic>``): 403 unless allowed."""
-        self.gateway.acls.check(principal_of(request.scope), self._client_address(request), operation,
+        """The caller's Kafka ACLs on the topic as written (``<dc>.<topic>``): 403 unless allowed. The host
+        is the connection's peer, never the forwarded-address header (a client could set that)."""
+        self.gateway.acls.check(principal_of(request.scope), client_host(request), operation,
                                 ResourceType.TOPIC, self.gateway.config.data_topic(topic))
 
     async def _write(self, parsed: WriteRequest, request: Request) -> Response:

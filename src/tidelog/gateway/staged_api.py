@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tidelog.common.acl import AclOperation, ResourceType
+from tidelog.gateway.acls import client_host
 from tidelog.gateway.api import read_body
 from tidelog.gateway.model import InvalidRequest, check_topic, parse_raw, parse_records_json
 from tidelog.gateway.service import Gateway
@@ -82,9 +83,10 @@ class StagedApi:
                 records, meta = parse_records_json(body)
         except InvalidRequest as exc:
             raise bad_request(str(exc)) from None
-        client = request.client.host if request.client else ""
+        client = client_host(request)
         data_topic = self.gateway.config.data_topic(topic)
-        self.gateway.acls.check(principal_of(request.scope), client, AclOperation.WRITE, ResourceType.TOPIC, data_topic)
+        self.gateway.acls.check(principal_of(request.scope), client_host(request), AclOperation.WRITE,
+                                ResourceType.TOPIC, data_topic)
         enrichment = self.gateway._enrichment(meta, client, received_ms)
         return await self._answer(self.staged.store(data_topic, txn_id, seqno, records, enrichment))
 
