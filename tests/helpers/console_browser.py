@@ -87,9 +87,16 @@ def fill(driver: WebDriver, css: str, value: str) -> None:
 
 def click(driver: WebDriver, css: str) -> None:
     """Click a submit button and wait for the page it leads to (the old page's root goes stale)."""
+    click_element(driver, driver.find_element(By.CSS_SELECTOR, css))
+
+
+def click_element(driver: WebDriver, element: WebElement) -> None:
+    """Click a link or button found before and wait for the page it leads to. Selenium's own
+    staleness_of is not enough: during a navigation chromedriver may answer "does not belong to the
+    document" instead of "stale", and staleness_of lets that through as an error."""
     from selenium.webdriver.support.wait import WebDriverWait
     old = driver.find_element(By.TAG_NAME, "html")
-    driver.find_element(By.CSS_SELECTOR, css).click()
+    element.click()
     WebDriverWait(driver, 15).until(lambda _: _stale(old))
     WebDriverWait(driver, 15).until(lambda d: d.execute_script("return document.readyState") == "complete")
 

@@ -29,13 +29,11 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.select import Select
-from selenium.webdriver.support.wait import WebDriverWait
 
 from helpers.broker_process import BrokerProcess, module_broker, wait_until
 from helpers.clients import create_topic, unique_topic
-from helpers.console_browser import chromium_driver, click, fill, screenshot, text
+from helpers.console_browser import chromium_driver, click, click_element, fill, screenshot, text
 from helpers.console_process import ConsoleProcess
 from helpers.gateway_process import GATEWAY_TEST_BROKER
 from helpers.mirror_run import MirrorThread, listen_port, write_config
@@ -178,10 +176,7 @@ def table(driver: WebDriver, table_id: str) -> list[list[str]]:
 
 def go(driver: WebDriver, link_text: str) -> None:
     """Follow a link of the page, as a user clicks it, and wait for the page it leads to."""
-    old = driver.find_element(By.TAG_NAME, "html")
-    driver.find_element(By.LINK_TEXT, link_text).click()
-    WebDriverWait(driver, 15).until(staleness_of(old))
-    WebDriverWait(driver, 15).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    click_element(driver, driver.find_element(By.LINK_TEXT, link_text))
 
 
 def group_owner(admin: AdminClient, group: str) -> str:
