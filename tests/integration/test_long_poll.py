@@ -2,7 +2,9 @@
 
 The consumer asks the broker to wait up to 500 ms (``fetch.wait.max.ms``). A broker that wakes
 waiting fetches on append answers within a few milliseconds of the produce; one that polls, or
-only answers at the deadline, takes on average a quarter of a second and fails here.
+only answers at the deadline, takes on average a quarter of a second and fails here. The bound
+(100 ms) leaves room for a loaded CI machine (a run with both cores busy saw 45-70 ms); the latency
+itself is bench/wake_latency.py's figure.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from confluent_kafka import TopicPartition
 from helpers.clients import consumer, produce_all, producer
 
 ROUNDS = 5
-BOUND_S = 0.050
+BOUND_S = 0.100
 
 
-def test_consumer_waiting_on_an_empty_partition_gets_a_new_record_within_50_ms(bootstrap: str, topic: str) -> None:
+def test_consumer_waiting_on_an_empty_partition_gets_a_new_record_within_100_ms(bootstrap: str, topic: str) -> None:
     prod = producer(bootstrap, {"linger.ms": 0, "acks": "1"})
     produce_all(prod, topic, [b"warm-up"])  # connections and metadata ready before timing anything
     cons = consumer(bootstrap, {"fetch.wait.max.ms": 500, "fetch.min.bytes": 1})
