@@ -93,7 +93,8 @@ class Http11:
             self.writer.close()
 
 
-async def gateway_load(url: str, topic: str, seconds: float, clients: int, records: int, size: int) -> float:
+async def gateway_load(url: str, topic: str, seconds: float, clients: int, records: int, size: int,
+                       body: str = "json") -> float:
     value = "x" * size
     done = [0]
     refused: dict[int, int] = {}
@@ -103,12 +104,17 @@ async def gateway_load(url: str, topic: str, seconds: float, clients: int, recor
         # The body is encoded once: the load generator shares the two cores with what it measures.
         head, _, tail = json.dumps({"sourceId": f"bench-{n}", "chunks": [
             {"seqno": 999, "records": [{"value": value}] * records}]}).encode().partition(b"999")
+        lines = (value + "\n").encode() * records
         http = Http11(url)
         seqno = 0
         try:
             while time.monotonic() < deadline:
                 seqno += 1
-                status, _ = await http.post(f"/v1/topics/{topic}/write", b"%s%d%s" % (head, seqno, tail))
+                if body == "raw":  # one line per record, sourceId and seqno in the query string
+                    status, _ = await http.post(f"/v1/topics/{topic}/write?sourceId=bench-{n}&seqno={seqno}", lines,
+                                                "text/plain")
+                else:
+                    status, _ = await http.post(f"/v1/topics/{topic}/write", b"%s%d%s" % (head, seqno, tail))
                 if status == 200:
                     done[0] += records
                 else:

@@ -36,10 +36,11 @@ BROKER = {
 
 # The copier: assigns itself the input partitions at the group's committed offsets (read with
 # require_stable, so an offset a transaction still holds is waited for), then loops: consume a batch,
-# produce it to the same output partition, send the consumed positions, commit. Any error ends it;
-# the test starts it again.
+# produce it to the same output partition, send the consumed positions, commit, pause 10 ms (about
+# 640 transactions: the copy lasts longer than the kills). Any error ends it; the test starts it again.
 COPIER = """
 import sys
+import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 bootstrap, source, target, partitions = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "copier", "isolation.level": "read_committed",
@@ -60,6 +61,7 @@ while True:
     producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
                                          consumer.consumer_group_metadata(), 30)
     producer.commit_transaction(30)
+    time.sleep(0.01)  # paced, so that the test's kills land mid-copy however fast the broker commits
 """
 
 

@@ -6,9 +6,11 @@ The coordinator (``tidelog.coordinator``) decides; this module does what it asks
   appended to its ``__consumer_offsets`` partition on the event loop (an append only copies into the
   page cache), its records are replayed at once, then its ``on_done`` runs. Appending and replaying
   without an ``await`` in between keeps the coordinator's state in log order;
-- durability: before any answer that depends on a write leaves, the partitions written are fsynced
-  off the loop (one fsync serves every write queued before it started);
-  ``offsets.commit.timeout.ms`` bounds that wait (COORDINATOR_NOT_AVAILABLE after it);
+- durability: on a single node a write is done once appended, as in Kafka, whose coordinators leave
+  the fsync to the OS; where the partition's flush policy (``flush.messages``, ``flush.ms``) asks
+  for an fsync, the partitions written are fsynced off the loop before any answer that depends on
+  them (one fsync serves every write queued before it started); ``offsets.commit.timeout.ms``
+  bounds that wait (COORDINATOR_NOT_AVAILABLE after it);
 - parked requests: JoinGroup and SyncGroup get a future keyed by a waiter id; the coordinator's
   completions resolve them;
 - timers: one task sleeps until the coordinator's next deadline (or until a request changes it) and
@@ -23,7 +25,7 @@ In a cluster the coordinator follows leadership (``on_image``): a partition of `
 is loaded when this broker becomes its leader and unloaded (its groups and offsets forgotten, parked
 requests answered NOT_COORDINATOR) when it stops being the leader; FindCoordinator names the leader of
 the group's partition. A write counts as done when the high watermark passes it (every in-sync replica
-holds it), as Kafka's coordinator waits for acks=all, instead of when it is fsynced.
+holds it), as Kafka's coordinator waits for acks=all.
 """
 
 from __future__ import annotations
@@ -143,6 +145,9 @@ class PartitionLogPort:
 
     def durable_offset(self, partition: int) -> int:
         return self._log(partition).recovery_point
+
+    def flush_owed(self, partition: int, now_ms: int) -> bool:
+        return self._log(partition).flush_owed(now_ms)
 
 
 class GroupRuntime:
@@ -356,7 +361,10 @@ class GroupRuntime:
             return ErrorCode.NONE
         if self.ctx.replicas is not None:
             return await self._replicated(written)
-        waits = [self._flushed(partition, upto) for partition, upto in written.items()]
+        # A single node: the append, and an fsync where the log's flush policy asks for one (Kafka's rule).
+        now_ms = self.ctx.now_ms()
+        waits = [self._flushed(partition, upto) for partition, upto in written.items()
+                 if self.port.flush_owed(partition, now_ms)]
         try:
             await asyncio.wait_for(asyncio.gather(*waits), self.commit_timeout_s)
         except TimeoutError:

@@ -16,11 +16,14 @@ The coordinator (``tidelog.coordinator.txn_coordinator``) decides; this module c
   as in Kafka;
 - writes: the records of a decision go to their partition as one batch, are replayed at once (no
   ``await`` between append and replay, so state follows log order), and the answer waits until they
-  are durable: fsynced on a single node; replicated to the ISR (high watermark) in a cluster, as
-  Kafka's coordinator appends with acks=all. A write is refused (NOT_COORDINATOR) if the partition's
+  are durable: replicated to the ISR (high watermark) in a cluster, as Kafka's coordinator appends
+  with acks=all; appended on a single node, fsynced only where the log's flush policy asks for it
+  (``flush.messages``, ``flush.ms``), as Kafka leaves it to the OS. A write is refused (NOT_COORDINATOR) if the partition's
   leader epoch is no longer the one it was loaded at;
-- one lock serialises decisions and their writes, so a transaction's steps never interleave with
-  another request's;
+- a lock per transactional id serialises its decisions and their writes, so a transaction's steps
+  never interleave with another request's for the same id; different ids are decided and written
+  side by side (in a cluster each write waits for the followers: one lock for all would make every
+  producer wait for every other's replication);
 - markers: a decision that starts PrepareCommit or PrepareAbort starts a *completion* task: the
   COMMIT/ABORT marker goes to every partition of the transaction (``broker/txn_markers.py``: written
   locally for partitions this broker leads, sent with WriteTxnMarkers to the others' leaders,
@@ -53,6 +56,7 @@ from typing import Any
 
 from tidelog.broker.txn_markers import RETRY_BACKOFF_S, Marker, MarkerChannel, MarkerWriter, TxnHost, durable
 from tidelog.common.errors import ErrorCode, KafkaError
+from tidelog.common.keyed_locks import KeyedLocks
 from tidelog.coordinator.messages import OffsetCommit, PartitionErrors
 from tidelog.coordinator.records import OffsetCommitKey, OffsetCommitRecord, partition_for
 from tidelog.coordinator.records import encode_key as encode_offset_key
@@ -118,7 +122,7 @@ class TxnRuntime:
         self.abort_interval_s = config.get_int("transaction.abort.timed.out.transaction.cleanup.interval.ms") / 1000
         self.remove_interval_ms = config.get_int("transaction.remove.expired.transaction.cleanup.interval.ms")
         self.clustered = bool(config.get("metadata.store"))
-        self.lock = asyncio.Lock()
+        self.locks: KeyedLocks[str] = KeyedLocks()
         self.writer = MarkerWriter(ctx)
         self.channel = MarkerChannel(ctx, self.writer)
         self._completions: dict[str, asyncio.Task[ErrorCode]] = {}
@@ -275,19 +279,23 @@ class TxnRuntime:
         while True:
             await asyncio.sleep(self.abort_interval_s)
             try:
-                async with self.lock:
-                    now = self.ctx.now_ms()
-                    timed_out = self.core.timed_out(now)
-                    for decision in timed_out:
-                        txn_id = decision.records[0].transactional_id
+                now = self.ctx.now_ms()
+                for txn_id in [d.records[0].transactional_id for d in self.core.timed_out(now)]:
+                    async with self.locks.hold(txn_id):  # decided again under the id's lock
+                        decision = self.core.abort_if_timed_out(txn_id, self.ctx.now_ms())
+                        if decision is None:
+                            continue
                         log.info("transaction %s timed out: aborting it", txn_id)
                         if await self._write(decision.records) is ErrorCode.NONE:
                             self._complete_in_background(txn_id)
-                    if now - last_removal >= self.remove_interval_ms:
-                        last_removal = now
-                        expired = self.core.expired_ids(now)
-                        if expired:
-                            await self._write(expired)
+                if now - last_removal >= self.remove_interval_ms:
+                    last_removal = now
+                    ids = {r.transactional_id for r in self.core.expired_ids(now)}
+                    if ids:
+                        async with self.locks.hold(*ids):
+                            expired = [r for r in self.core.expired_ids(self.ctx.now_ms()) if r.transactional_id in ids]
+                            if expired:
+                                await self._write(expired)
             except Exception:
                 log.exception("transaction sweeper failed")
 
@@ -371,7 +379,7 @@ class TxnRuntime:
         if not await self.channel.deliver(marker, owned):
             return ErrorCode.NOT_COORDINATOR
         while True:
-            async with self.lock:
+            async with self.locks.hold(transactional_id):
                 if not owned():
                     return ErrorCode.NOT_COORDINATOR
                 error = await self._write(self.core.complete(transactional_id, self.ctx.now_ms()))
@@ -380,7 +388,7 @@ class TxnRuntime:
             await asyncio.sleep(RETRY_BACKOFF_S)
 
     async def _decide(self, decision: Decision) -> tuple[Decision, asyncio.Task[ErrorCode] | None]:
-        """Write a decision's records (the caller holds the lock) and start its completion if it needs
+        """Write a decision's records (the caller holds the id's lock) and start its completion if it needs
         markers; the decision (its error replaced by the write's) and that completion."""
         if not decision.records:
             return decision, None
@@ -393,7 +401,7 @@ class TxnRuntime:
 
     @staticmethod
     async def _finished(decision: Decision, completion: asyncio.Task[ErrorCode] | None) -> Decision:
-        """Wait (without the lock) up to ``END_TXN_WAIT_S`` for the markers of a decision."""
+        """Wait (without the id's lock) up to ``END_TXN_WAIT_S`` for the markers of a decision."""
         if completion is None:
             return decision
         try:
@@ -414,7 +422,7 @@ class TxnRuntime:
             return Decision(error)
         assert self.ctx.producer_ids is not None
         await self.ctx.producer_ids.reserve()
-        async with self.lock:
+        async with self.locks.hold(transactional_id):
             decision, completion = await self._decide(self.core.init_producer_id(
                 transactional_id, timeout_ms, pid, epoch, self.ctx.now_ms(), self.ctx.producer_ids.take))
         # A fenced transaction's abort is finished before the answer (CONCURRENT_TRANSACTIONS), so
@@ -425,7 +433,7 @@ class TxnRuntime:
         error = await self._ready(transactional_id)
         if error is not ErrorCode.NONE:
             return error
-        async with self.lock:
+        async with self.locks.hold(transactional_id):
             decision = self.core.add_partitions(transactional_id, pid, epoch, partitions, self.ctx.now_ms())
             return (await self._decide(decision))[0].error
 
@@ -439,7 +447,7 @@ class TxnRuntime:
             offsets = self.ctx.image.topics.get(OFFSETS_TOPIC)
         if offsets is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        async with self.lock:
+        async with self.locks.hold(transactional_id):
             decision = self.core.add_offsets(transactional_id, pid, epoch, group_id, len(offsets.partitions),
                                              self.ctx.now_ms())
             return (await self._decide(decision))[0].error
@@ -448,7 +456,7 @@ class TxnRuntime:
         error = await self._ready(transactional_id)
         if error is not ErrorCode.NONE:
             return Decision(error)
-        async with self.lock:
+        async with self.locks.hold(transactional_id):
             decision, completion = await self._decide(
                 self.core.end_txn(transactional_id, pid, epoch, commit, self.ctx.now_ms()))
         return await self._finished(decision, completion)

@@ -262,11 +262,15 @@ class TxnCoordinator:
 
     def timed_out(self, now_ms: int) -> list[Decision]:
         """Abort every transaction open for longer than its timeout, fencing its producer."""
-        return [
-            self._abort(t, v, now_ms, TxnState.PREPARE_ABORT, ErrorCode.NONE)
-            for t, v in list(self.txns.items())
-            if v.state is TxnState.ONGOING and v.start_ms + v.timeout_ms <= now_ms and self._served(t)
-        ]
+        return [d for t in list(self.txns) if (d := self.abort_if_timed_out(t, now_ms)) is not None]
+
+    def abort_if_timed_out(self, transactional_id: str, now_ms: int) -> Decision | None:
+        """The abort of ``transactional_id``'s transaction if it is open for longer than its timeout."""
+        v = self.txns.get(transactional_id)
+        if v is None or v.state is not TxnState.ONGOING or v.start_ms + v.timeout_ms > now_ms \
+                or not self._served(transactional_id):
+            return None
+        return self._abort(transactional_id, v, now_ms, TxnState.PREPARE_ABORT, ErrorCode.NONE)
 
     def _served(self, transactional_id: str) -> bool:
         return self.partition_of(transactional_id) in self.active

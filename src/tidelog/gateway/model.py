@@ -11,7 +11,9 @@ Two body forms for ``POST /v1/topics/{topic}/write``:
   (split on ``\\n``, a trailing ``\\r`` kept) is one record's value. A final newline ends the last line
   rather than adding an empty record.
 
-Every rule is checked here, so a request that is rejected writes nothing: topic names follow Kafka's
+Bodies are parsed with orjson (a C parser, several times faster than ``json`` on the gateway's hot
+path, and stricter: invalid UTF-8 and lone surrogates are refused as not JSON rather than failing
+later). Every rule is checked here, so a request that is rejected writes nothing: topic names follow Kafka's
 rules and may not start with ``__`` (internal topics, the gateway's state topic), a sourceId is 1 to
 1024 characters, seqnos are integers in [0, 2**63-1], a chunk has 1 to ``MAX_RECORDS`` records, a
 request has 1 to ``MAX_CHUNKS`` chunks.
@@ -19,10 +21,11 @@ request has 1 to ``MAX_CHUNKS`` chunks.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+import orjson
 
 from tidelog.gateway.seqno import SeqnoError, check_seqno
 
@@ -36,8 +39,10 @@ class InvalidRequest(ValueError):
     """The request breaks a rule; the message says which, for the client."""
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
+    """One record to write. A named tuple rather than a dataclass: a request makes one per record,
+    and a frozen dataclass's constructor costs several times as much (the gateway's hot path)."""
+
     value: bytes | None
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
@@ -94,9 +99,22 @@ def _text(value: object, what: str, *, nullable: bool = False) -> bytes | None:
     return value.encode()
 
 
+def _records(records: list[Any], where: str) -> tuple[Record, ...]:
+    """The records of a JSON list. The common record, ``{"value": "<text>"}``, takes the short way;
+    the place of a bad record is formatted only when it is reported."""
+    out = []
+    append = out.append
+    for i, obj in enumerate(records):
+        if type(obj) is dict and len(obj) == 1:
+            value = obj.get("value")
+            if type(value) is str:
+                append(Record(value.encode()))
+                continue
+        append(_record(obj, f"{where}[{i}]"))
+    return tuple(out)
+
+
 def _record(obj: object, where: str) -> Record:
-    if type(obj) is dict and len(obj) == 1 and type(obj.get("value")) is str:  # the common case, fast
-        return Record(obj["value"].encode())
     if not isinstance(obj, dict):
         raise InvalidRequest(f"{where} must be an object with 'value' (and optional 'key', 'headers')")
     unknown = set(obj) - {"value", "key", "headers"}
@@ -118,7 +136,7 @@ def _chunk(obj: object, where: str) -> Chunk:
     records = obj.get("records")
     if not isinstance(records, list) or not 0 < len(records) <= MAX_RECORDS:
         raise InvalidRequest(f"{where}.records must be a list of 1 to {MAX_RECORDS} records")
-    return Chunk(_seqno(obj["seqno"]), tuple(_record(r, f"{where}.records[{i}]") for i, r in enumerate(records)))
+    return Chunk(_seqno(obj["seqno"]), _records(records, f"{where}.records"))
 
 
 def _meta(obj: object) -> Meta:
@@ -134,8 +152,8 @@ def _meta(obj: object) -> Meta:
 
 def parse_json(topic: str, body: bytes) -> WriteRequest:
     try:
-        obj: Any = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        obj: Any = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"the body is not JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise InvalidRequest("the body must be a JSON object with 'sourceId' and 'chunks'")
@@ -171,12 +189,12 @@ def parse_raw(topic: str, query: Mapping[str, str], body: bytes) -> WriteRequest
 def parse_records_json(body: bytes) -> tuple[tuple[Record, ...], Meta]:
     """The staged API's JSON chunk: ``{"records": [R, ...], "meta": {...}}`` (``meta`` optional)."""
     try:
-        obj: Any = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        obj: Any = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"the body is not JSON: {exc}") from None
     if not isinstance(obj, dict) or set(obj) - {"records", "meta"}:
         raise InvalidRequest("the body must be a JSON object with 'records' (and optional 'meta')")
     records = obj.get("records")
     if not isinstance(records, list) or not 0 < len(records) <= MAX_RECORDS:
         raise InvalidRequest(f"'records' must be a list of 1 to {MAX_RECORDS} records")
-    return tuple(_record(r, f"records[{i}]") for i, r in enumerate(records)), _meta(obj.get("meta"))
+    return _records(records, "records"), _meta(obj.get("meta"))

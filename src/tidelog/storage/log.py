@@ -777,6 +777,14 @@ class PartitionLog:
         """True when there are unflushed messages and ``flush.ms`` elapsed since the last flush."""
         return self._unflushed_messages > 0 and now_ms - self._last_flush_ms >= self.config.flush_ms
 
+    def flush_owed(self, now_ms: int) -> bool:
+        """True when the log's flush policy (``flush.messages``, ``flush.ms``) asks for an fsync now: what
+        an append's ``needs_flush`` says, for writers that append without a client's request (the
+        coordinators' records, transaction markers). Never with Kafka's defaults, which leave it to the OS."""
+        unflushed = self._unflushed_messages
+        return unflushed > 0 and (unflushed >= self.config.flush_messages
+                                  or now_ms - self._last_flush_ms >= self.config.flush_ms)
+
     def _note_appended(self, count: int, now_ms: int) -> bool:
         self._unflushed_messages += count
         return (self._unflushed_messages >= self.config.flush_messages
