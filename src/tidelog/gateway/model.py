@@ -102,7 +102,7 @@ def _text(value: object, what: str, *, nullable: bool = False) -> bytes | None:
 def _records(records: list[Any], where: str) -> tuple[Record, ...]:
     """The records of a JSON list. The common record, ``{"value": "<text>"}``, takes the short way;
     the place of a bad record is formatted only when it is reported."""
-    out = []
+    out: list[Record] = []
     append = out.append
     for i, obj in enumerate(records):
         if type(obj) is dict and len(obj) == 1:
