@@ -53,6 +53,7 @@ class GatewayConfig:
     ssl_keyfile: Path | None = None
     ssl_cafile: Path | None = None
     ssl_client_auth: str = "none"
+    http_server: str = "auto"  # tidelog.web.server: uvicorn (HTTP/1.1, faster) or hypercorn (HTTP/2 too)
     auth_tokens_file: Path | None = None
     dc: str = ""
     group_id: str = "tidelog-gateway"
@@ -98,7 +99,7 @@ class GatewayConfig:
 
     def listener(self) -> ListenerConfig:
         return ListenerConfig(self.listen_host, self.listen_port, self.ssl_certfile, self.ssl_keyfile,
-                              self.ssl_cafile, self.ssl_client_auth)
+                              self.ssl_cafile, self.ssl_client_auth, server=self.http_server)
 
     @property
     def url(self) -> str:
@@ -183,6 +184,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "gateway.ssl.keyfile": ("ssl_keyfile", Path),
     "gateway.ssl.cafile": ("ssl_cafile", Path),
     "gateway.ssl.client.auth": ("ssl_client_auth", str),
+    "gateway.http.server": ("http_server", str),
     "gateway.auth.tokens.file": ("auth_tokens_file", Path),
     "gateway.dc": ("dc", lambda t: _name(t) if t else ""),
     "gateway.group.id": ("group_id", _name),
@@ -241,7 +243,7 @@ def parse_config(props: Mapping[str, str]) -> GatewayConfig:
     try:
         config.listener()
     except ValueError as exc:
-        raise ConfigError(f"gateway.ssl.*: {exc}") from None
+        raise ConfigError(f"gateway.ssl.* / gateway.http.server: {exc}") from None
     return config
 
 
