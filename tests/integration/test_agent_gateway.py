@@ -113,3 +113,52 @@ def test_lines_spooled_during_a_gateway_outage_survive_a_kill_and_a_deleted_file
         finally:
             reader.consumer.close()
             agent.close()
+
+
+def test_a_positions_file_the_disk_refuses_holds_new_generations_back_and_loses_nothing(
+    agent_gateway_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """The positions file cannot be written (a directory stands where its temporary file goes, as a
+    full or read-only disk would refuse it): the agent keeps running, lines of the file's current
+    generation still leave, a rotated file's new generation waits (its number is not saved yet), and
+    once the file can be written every line is in the topic once, in order."""
+    logs, state = tmp_path / "logs", tmp_path / "state"
+    logs.mkdir()
+    app = logs / "app.log"
+    broker = agent_gateway_broker
+    with GatewayProcess(tmp_path / "gw", broker.bootstrap) as gateway:
+        topic = create_topic(broker.bootstrap, unique_topic("refused"), 1)
+        config = tmp_path / "agent.toml"
+        config.write_text(f'[agent]\nid = "{topic}"\nhost = "h1"\ntransaction.interval.ms = 100\n'
+                          f'poll.interval.ms = 20\nrotate.wait.ms = 300\nstate.dir = "{state}"\n'
+                          f'{gateway_section(gateway.url)}\n'
+                          f'[[files]]\npaths = ["{logs}/*.log"]\ntopic = "{topic}"\n')
+        agent = AgentRun(config, tmp_path / "agent.log")
+        reader = Reader(broker.bootstrap, topic, partitions=1)
+        writer = Writer(app)
+        try:
+            agent.start()
+            writer.write(300, pace=0.002)
+            wait_until(lambda: reader.count() >= 300, timeout=60, interval=0.1, message="shipping")
+            blocker = state / "positions.json.tmp"
+            blocker.mkdir()  # every save fails from now on: open() of the temporary file is refused
+            writer.write(200, pace=1.0)  # the same generation, over 4 s (saves are due every 2 s): these leave
+            wait_until(lambda: reader.count() >= 500, timeout=60, interval=0.1, message="same generation")
+            wait_until(lambda: "cannot write the positions file" in agent.log.read_text(), timeout=30,
+                       interval=0.2, message="the refused save is reported")
+            app.rename(logs / "app.log.1")
+            writer.write(200)  # a new app.log: a new generation, which must wait for the file
+            time.sleep(3)
+            assert agent.process is not None and agent.process.poll() is None, agent.log.read_text()[-2000:]
+            assert reader.count() == 500, "lines of an unsaved generation left"
+            blocker.rmdir()
+            wait_until(lambda: reader.count() >= writer.next, timeout=60, interval=0.2,
+                       message=f"all {writer.next} lines once the file can be written")
+            assert agent.stop() == 0
+            time.sleep(0.3)
+            reader.count()
+            assert reader.values == list(range(writer.next)), agent.log.read_text()[-3000:]
+            assert "written again" in agent.log.read_text()
+        finally:
+            reader.consumer.close()
+            agent.close()

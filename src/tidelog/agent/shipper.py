@@ -72,6 +72,7 @@ class AgentMetrics:
     replaced_lines_total: int = 0  # gateway mode: lines not valid UTF-8, bad bytes replaced
     spool_bytes: int = 0  # the outage spool's size (gateway mode, or straight to Kafka with agent.state.dir)
     replayed_lines_total: int = 0  # straight to Kafka: spooled lines written in replay transactions
+    positions_write_failures_total: int = 0  # gateway mode: positions file writes the disk refused
 
 
 class Agent:

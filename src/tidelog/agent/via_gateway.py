@@ -70,6 +70,8 @@ class GatewayAgent(Agent):
         self._unsaved = False
         self._retry_at = 0.0  # when to send the spool's oldest batch again
         self._spool_stuck = False  # the last spool write failed (disk full)
+        self._file_refused = False  # the last positions file write failed (disk full, read-only, EIO)
+        self._generations_unsaved = False  # lines of a generation the file does not list wait in memory
 
     # ---- start -------------------------------------------------------------------------------------
 
@@ -95,9 +97,11 @@ class GatewayAgent(Agent):
     def step(self, now: float) -> int:
         if self.spool is not None and self.spool.backlog and now >= self._retry_at:
             self._replay(now)
-        if self._spool_stuck and now >= self._retry_at:
+        if (self._spool_stuck or self._generations_unsaved) and now >= self._retry_at:
             self._retry_at = now + 1.0
             self.commit(self._stop)  # the lines kept in memory: to the gateway, or to the spool again
+        if self._generations_unsaved:
+            return 0  # the files wait until the positions file can be written
         if self.spool is not None and (self._spool_stuck or (self.spool.backlog and self.spool.full)):
             return 0  # the files wait
         return super().step(now)
@@ -124,7 +128,12 @@ class GatewayAgent(Agent):
         if self.spool is not None and self.spool.backlog:
             self._to_spool()
         else:
-            self._save_new_generations()
+            # A line of a generation the positions file does not list may not leave: after a crash its
+            # generation number could be given again, and the gateway would skip new lines as duplicates.
+            self._generations_unsaved = not self._save_new_generations()
+            if self._generations_unsaved:
+                self._txn_started = None
+                return True  # the lines wait in memory; step() tries again every second
             for source in list(self._dirty):
                 if not self._send(source, stop):
                     if self.spool is None:
@@ -212,12 +221,13 @@ class GatewayAgent(Agent):
 
     # ---- positions ---------------------------------------------------------------------------------
 
-    def _save_new_generations(self) -> None:
-        """Save at once if a source is about to send lines of a generation the file does not list."""
+    def _save_new_generations(self) -> bool:
+        """Save at once if a source is about to send lines of a generation the file does not list;
+        False if the file could not be written (those lines must not leave yet)."""
         fresh = [source for source in self._dirty
                  if source.next_generation > self._saved_generations.get(source.source_id, 0)]
         if not fresh:
-            return
+            return True
         for source in fresh:
             # Every generation not yet acknowledged to its end, at what is acknowledged of it.
             generations = [dataclasses.replace(gen.saved(), offset=gen.committed) for gen in source.generations]
@@ -225,13 +235,30 @@ class GatewayAgent(Agent):
                                           source.next_generation, generations)
             self._acked[source.source_id] = positions.encode(self.config.agent_id, saved).decode()
         self._unsaved = True
-        self.save_positions()
+        return self.save_positions()
 
-    def save_positions(self) -> None:
-        """Write the positions file; then the spool below what it covers can go."""
+    def save_positions(self) -> bool:
+        """Write the positions file; then the spool below what it covers can go.
+
+        A write the disk refuses (full, read-only, an I/O error) leaves the previous file, which is
+        never ahead of the topic, so shipping goes on; it is tried again at the next save point
+        (lines of new generations wait for it, see commit). False when refused."""
         if self._unsaved:
             covered = self.spool.replayed if self.spool is not None else 0
-            state_file.save(self.state_dir, self._acked.values(), covered)
+            try:
+                state_file.save(self.state_dir, self._acked.values(), covered)
+            except OSError as exc:
+                if not self._file_refused:
+                    log.warning("%s: cannot write the positions file (%s); it keeps older positions (a restart "
+                                "sends those lines again, the gateway skips them) and lines of new files wait",
+                                self.state_dir / state_file.FILE_NAME, exc)
+                self._file_refused = True
+                self.metrics.positions_write_failures_total += 1
+                self._saved_at = self.clock()
+                return False
+            if self._file_refused:
+                log.warning("%s: written again", self.state_dir / state_file.FILE_NAME)
+                self._file_refused = False
             for source_id, state in self._acked.items():
                 self._saved_generations[source_id] = int(json.loads(state)["next_generation"])
             self._unsaved = False
@@ -239,6 +266,7 @@ class GatewayAgent(Agent):
                 self.spool.release(covered)
                 self.metrics.spool_bytes = self.spool.size_bytes
         self._saved_at = self.clock()
+        return True
 
     def close(self) -> None:
         if self._unsaved:
