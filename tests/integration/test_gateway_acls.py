@@ -11,6 +11,7 @@ the broker, as a gateway on a private listener would).
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Callable, Iterator
 
@@ -27,7 +28,8 @@ from confluent_kafka.admin import (
 
 from helpers.broker_process import BrokerProcess, module_broker
 from helpers.clients import consume, create_topic, unique_topic
-from helpers.gateway_process import GATEWAY_TEST_BROKER, GatewayProcess
+from helpers.gateway_process import GATEWAY_TEST_BROKER, GatewayProcess, write_json
+from unit.security.pki import Issued, Pki
 
 acl_broker = module_broker("acl_broker", {
     **GATEWAY_TEST_BROKER, "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -122,3 +124,38 @@ def test_a_read_session_needs_read_on_its_group_and_topic(gateway: GatewayProces
     polled = httpx.get(f"{opened.json()['url']}/records", params={"waitMs": 10_000}, headers=as_("alice"), timeout=30)
     assert [r["value"] for r in polled.json()["records"]] == ["alice-1"]
     assert httpx.delete(opened.json()["url"], headers=as_("alice"), timeout=30).status_code == 204
+
+
+def test_a_client_certificates_subject_is_the_principal_whose_acls_apply(
+        acl_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """mTLS without tokens: the verified certificate's subject, mapped by Kafka's
+    ssl.principal.mapping.rules, is the principal (User:shipper-1); its ACLs decide; a certificate no
+    rule maps is refused 401."""
+    workdir = tmp_path_factory.mktemp("mtls-gateway")
+    pki = Pki(workdir / "pki")
+    server = pki.server()
+    shipper = pki.client("/O=acme/CN=Shipper-1", "shipper")
+    stranger = pki.client("/O=elsewhere/CN=someone", "stranger")
+    settings = {"gateway.ssl.certfile": server.cert, "gateway.ssl.keyfile": server.key,
+                "gateway.ssl.cafile": pki.ca_cert, "gateway.ssl.client.auth": "required",
+                "gateway.ssl.principal.mapping.rules": "RULE:^CN=(.*?),O=acme$/$1/L",
+                "gateway.acl.refresh.ms": REFRESH_MS}
+
+    def presenting(issued: Issued) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(pki.ca_cert))
+        context.load_cert_chain(str(issued.cert), str(issued.key))
+        return context
+
+    allowed, other = create_topic(acl_broker.bootstrap, unique_topic("mtls")), create_topic(
+        acl_broker.bootstrap, unique_topic("mtls-other"))
+    with GatewayProcess(workdir, acl_broker.bootstrap, settings).start(verify=presenting(shipper)) as process:
+        refused = write_json(process.url, allowed, "s", [(1, ["v"])], verify=presenting(shipper))
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "TOPIC_AUTHORIZATION_FAILED"
+        assert "User:shipper-1" in refused.json()["error"]["message"]
+        grant(acl_broker, acl("User:shipper-1", ResourceType.TOPIC, allowed, AclOperation.WRITE))
+        assert write_json(process.url, allowed, "s", [(1, ["v"])], verify=presenting(shipper)).status_code == 200
+        assert write_json(process.url, other, "s", [(1, ["v"])], verify=presenting(shipper)).status_code == 403
+        unmapped = write_json(process.url, allowed, "s2", [(1, ["v"])], verify=presenting(stranger))
+        assert unmapped.status_code == 401
+        assert "CN=someone,O=elsewhere" in unmapped.json()["error"]["message"]
+    assert values(acl_broker, allowed, 1) == ["v"]

@@ -62,7 +62,8 @@ async def run(config: GatewayConfig, stop: asyncio.Event) -> None:
     async with peer_client(config) as http:
         routes = (GatewayApi(gateway, http).routes() + ReadApi(gateway, sessions, http).routes()
                   + PushApi(gateway, pushes).routes() + StagedApi(gateway, staged).routes())
-        app = create_app(routes, registry=registry, readiness=[("shards", gateway.readiness)], tokens=tokens)
+        app = create_app(routes, registry=registry, readiness=[("shards", gateway.readiness)], tokens=tokens,
+                         certificates=config.certificate_principals())
         await gateway.start()
         if gateway.acls.enabled:
             await gateway.acls.refresh()  # before the listener opens; failing, requests get 503 until read

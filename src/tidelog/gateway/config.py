@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from tidelog.web.cert_principal import PrincipalMapper
 from tidelog.web.server import ListenerConfig
 
 _TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
@@ -53,6 +54,7 @@ class GatewayConfig:
     ssl_keyfile: Path | None = None
     ssl_cafile: Path | None = None
     ssl_client_auth: str = "none"
+    ssl_principal_mapping_rules: str = "DEFAULT"  # Kafka's: client certificate subject -> principal
     http_server: str = "auto"  # tidelog.web.server: uvicorn (HTTP/1.1, faster) or hypercorn (HTTP/2 too)
     auth_tokens_file: Path | None = None
     dc: str = ""
@@ -79,14 +81,19 @@ class GatewayConfig:
     push_topic: str = ""
     push_subscriptions_max: int = 100
     headers: Headers = field(default_factory=Headers)
-    acl_enable: str = "auto"  # auto: on when a tokens file is set (acls.py)
+    acl_enable: str = "auto"  # auto: on when a tokens file is set or client certificates are asked for (acls.py)
     acl_refresh_ms: int = 5_000
     super_users: frozenset[str] = frozenset()
     acl_allow_if_no_acl: bool = False
 
     @property
     def acls_enabled(self) -> bool:
-        return self.acl_enable == "true" or (self.acl_enable == "auto" and self.auth_tokens_file is not None)
+        return self.acl_enable == "true" or (self.acl_enable == "auto" and (
+            self.auth_tokens_file is not None or self.ssl_client_auth != "none"))
+
+    def certificate_principals(self) -> PrincipalMapper | None:
+        """The mapping of client certificates to principals, when the listener asks for certificates."""
+        return PrincipalMapper(self.ssl_principal_mapping_rules) if self.ssl_client_auth != "none" else None
 
     @property
     def txn_prefix(self) -> str:
@@ -184,6 +191,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "gateway.ssl.keyfile": ("ssl_keyfile", Path),
     "gateway.ssl.cafile": ("ssl_cafile", Path),
     "gateway.ssl.client.auth": ("ssl_client_auth", str),
+    "gateway.ssl.principal.mapping.rules": ("ssl_principal_mapping_rules", str),
     "gateway.http.server": ("http_server", str),
     "gateway.auth.tokens.file": ("auth_tokens_file", Path),
     "gateway.dc": ("dc", lambda t: _name(t) if t else ""),
@@ -242,6 +250,7 @@ def parse_config(props: Mapping[str, str]) -> GatewayConfig:
     config = GatewayConfig(**values, kafka=kafka, headers=Headers(**headers))
     try:
         config.listener()
+        config.certificate_principals()
     except ValueError as exc:
         raise ConfigError(f"gateway.ssl.* / gateway.http.server: {exc}") from None
     return config

@@ -35,6 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tidelog.observability.registry import Counter, Histogram, Registry
 from tidelog.web.auth import BearerAuth
+from tidelog.web.cert_principal import PrincipalMapper
 from tidelog.web.errors import EXCEPTION_HANDLERS
 
 # A readiness check answers (ok, why-not).
@@ -109,10 +110,12 @@ def create_app(
     registry: Registry,
     readiness: Sequence[ReadinessCheck] = (),
     tokens: dict[str, str] | None = None,
+    certificates: PrincipalMapper | None = None,
     lifespan: Callable[[Starlette], AbstractAsyncContextManager[Any]] | None = None,
 ) -> Starlette:
     """A Starlette app serving ``routes`` plus the common endpoints. ``tokens`` (token -> principal)
-    turns bearer authentication on for every path but ``/healthz`` and ``/readyz``."""
+    turns bearer authentication on for every path but ``/healthz`` and ``/readyz``; ``certificates``
+    maps verified client certificates to principals (``auth``)."""
     requests = registry.counter("http_requests_total", "HTTP requests answered, by route template, method "
                                 "and status", ("route", "method", "status"))
     duration = registry.histogram("http_request_duration_seconds", "Time to answer an HTTP request, by "
@@ -135,7 +138,7 @@ def create_app(
     common = [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"])]
     middleware = [Middleware(DrainRequestBody), Middleware(RequestMetrics, requests=requests, duration=duration)]
-    if tokens is not None:
-        middleware.append(Middleware(BearerAuth, tokens=tokens))
+    if tokens is not None or certificates is not None:
+        middleware.append(Middleware(BearerAuth, tokens=tokens, certificates=certificates))
     return Starlette(routes=[*common, *routes], middleware=middleware,
                      exception_handlers=dict(EXCEPTION_HANDLERS), lifespan=lifespan)

@@ -9,6 +9,12 @@ not parse is an error at start-up, never a silent skip.
 ``WWW-Authenticate: Bearer`` and the JSON error body. Tokens are compared in constant time. The
 principal is put in ``scope["state"]["principal"]`` (``request.state.principal`` in Starlette);
 without this middleware the principal is ``ANONYMOUS``.
+
+Client certificates: with a ``PrincipalMapper`` (``cert_principal``), a request without an
+``Authorization`` header whose connection presented a verified certificate (ASGI's TLS extension,
+``scope["extensions"]["tls"]["client_cert_name"]``, which ``server`` fills in) gets the principal
+the mapping rules give its subject; a subject no rule maps is answered 401. Without tokens, a
+request with neither is ``ANONYMOUS`` (a listener that only *requests* certificates), as in Kafka.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from tidelog.web.cert_principal import PrincipalMapper
 
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -52,40 +60,57 @@ def principal_of(scope: Scope) -> str:
     return str(state.get("principal", ANONYMOUS))
 
 
+def client_cert_name(scope: Scope) -> str | None:
+    """The verified client certificate's subject (RFC 2253), when the server put it in the scope."""
+    tls = (scope.get("extensions") or {}).get("tls") or {}
+    name = tls.get("client_cert_name")
+    return name if isinstance(name, str) else None
+
+
 class BearerAuth:
-    def __init__(self, app: ASGIApp, tokens: dict[str, str], open_paths: Iterable[str] = ("/healthz", "/readyz")) -> None:
+    def __init__(self, app: ASGIApp, tokens: dict[str, str] | None, open_paths: Iterable[str] = ("/healthz", "/readyz"),
+                 certificates: PrincipalMapper | None = None) -> None:
         self.app = app
-        self.tokens = [(token.encode(), principal) for token, principal in tokens.items()]
+        self.tokens = [(token.encode(), principal) for token, principal in (tokens or {}).items()]
+        self.require = tokens is not None
+        self.certificates = certificates
         self.open_paths = frozenset(open_paths)
 
-    def _principal(self, scope: Scope) -> str | None:
+    def _principal(self, scope: Scope) -> tuple[str | None, str]:
+        """The principal, or None and why not."""
         for name, value in scope.get("headers", ()):
             if name == b"authorization":
                 scheme, _, token = value.partition(b" ")
                 if scheme.lower() != b"bearer":
-                    return None
+                    return None, "a valid 'Authorization: Bearer TOKEN' header is required"
                 found = None
                 for known, principal in self.tokens:  # every token compared: no early exit to time
                     if hmac.compare_digest(known, token.strip()):
                         found = principal
-                return found
-        return None
+                return found, "a valid 'Authorization: Bearer TOKEN' header is required"
+        subject = client_cert_name(scope) if self.certificates is not None else None
+        if subject is not None and self.certificates is not None:
+            mapped = self.certificates.principal(subject)
+            return mapped, f"no ssl.principal.mapping.rules rule maps the client certificate {subject!r}"
+        if not self.require:
+            return ANONYMOUS, ""
+        return None, "a valid 'Authorization: Bearer TOKEN' header or client certificate is required" \
+            if self.certificates is not None else "a valid 'Authorization: Bearer TOKEN' header is required"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
-        principal = self._principal(scope)
+        principal, why = self._principal(scope)
         if principal is None:
-            await _unauthorized(send)
+            await _unauthorized(send, why)
             return
         scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)
 
 
-async def _unauthorized(send: Send) -> None:
-    body = json.dumps({"error": {"code": "UNAUTHORIZED",
-                                 "message": "a valid 'Authorization: Bearer TOKEN' header is required"}}).encode()
+async def _unauthorized(send: Send, message: str) -> None:
+    body = json.dumps({"error": {"code": "UNAUTHORIZED", "message": message}}).encode()
     headers: list[Any] = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                           (b"www-authenticate", b"Bearer")]
     await send({"type": "http.response.start", "status": 401, "headers": headers})

@@ -12,7 +12,10 @@ Two ASGI servers run the same application; ``server`` picks one:
   second per core (measured: 9,100 against 2,300 requests/s of a Starlette health route on this
   2-core machine), which is what a gateway taking thousands of small writes a second needs;
 - ``auto`` (default): uvicorn without TLS (HTTP/2 without TLS is rare), hypercorn with TLS (HTTP/2
-  by ALPN is what TLS clients negotiate).
+  by ALPN is what TLS clients negotiate), uvicorn again when client certificates are asked for:
+  hypercorn does not tell the application which certificate a client presented, and the listener
+  here adds it to uvicorn's scopes (ASGI's TLS extension, ``client_cert_name``: the subject as
+  ``cert_principal.distinguished_name`` writes it), so that ``auth`` can map it to a principal.
 
 ``serve(app, listener, stop)`` returns once ``stop`` is set and in-flight requests have finished
 (at most ``graceful_timeout_s``); the caller owns the event loop.
@@ -34,6 +37,9 @@ from hypercorn.asyncio.run import worker_serve
 from hypercorn.config import Config
 from hypercorn.utils import wrap_app
 from starlette.types import ASGIApp
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from tidelog.web.cert_principal import distinguished_name
 
 log = logging.getLogger(__name__)
 CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
@@ -76,7 +82,7 @@ class ListenerConfig:
         """The server this listener runs on: ``server``, with ``auto`` decided by TLS."""
         if self.server != "auto":
             return self.server
-        return "hypercorn" if self.tls else "uvicorn"
+        return "hypercorn" if self.tls and self.client_auth == "none" else "uvicorn"
 
     def hypercorn_config(self) -> Config:
         config = Config()
@@ -105,6 +111,28 @@ async def serve(app: ASGIApp, listener: ListenerConfig, stop: asyncio.Event) -> 
     log.info("HTTP listener on %s (hypercorn: HTTP/1.1 and HTTP/2)", listener.url)
     await worker_serve(wrap_app(app, config.wsgi_max_body_size, "asgi"), config,  # type: ignore[arg-type]
                        sockets=sockets, shutdown_trigger=stop.wait)
+
+
+class _CertificateNamingProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol, adding the verified client certificate's subject to each
+    request's scope (ASGI's TLS extension)."""
+
+    _client_cert_name: str | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        ssl_object = transport.get_extra_info("ssl_object")
+        certificate = ssl_object.getpeercert() if ssl_object is not None else None
+        if certificate:
+            self._client_cert_name = distinguished_name(certificate.get("subject", ()))
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._client_cert_name is not None:
+            extensions = self.scope.setdefault("extensions", {})
+            extensions["tls"] = {"client_cert_name": self._client_cert_name, "client_cert_chain": [],
+                                 "client_cert_error": None, "server_cert": None, "tls_version": None,
+                                 "cipher_suite": None}
 
 
 class _Uvicorn(uvicorn.Server):
@@ -141,7 +169,7 @@ async def _serve_uvicorn(app: ASGIApp, listener: ListenerConfig, stop: asyncio.E
                "ssl_cert_reqs": CLIENT_AUTH[listener.client_auth]}
         if listener.cafile is not None:
             tls["ssl_ca_certs"] = str(listener.cafile)
-    config = uvicorn.Config(app, http="httptools", lifespan="off", log_config=None, access_log=False,
+    config = uvicorn.Config(app, http=_CertificateNamingProtocol if tls else "httptools", lifespan="off", log_config=None, access_log=False,
                             timeout_keep_alive=max(1, round(listener.keep_alive_timeout_s)),
                             timeout_graceful_shutdown=max(1, round(listener.graceful_timeout_s)),
                             server_header=False, **tls)  # type: ignore[arg-type]
