@@ -52,6 +52,12 @@ class Record(NamedTuple):
 class Chunk:
     seqno: int
     records: tuple[Record, ...]
+    value_bytes: int = -1  # the values' total length when the parser counted it (-1: count on demand)
+
+    def size(self) -> int:
+        if self.value_bytes >= 0:
+            return self.value_bytes
+        return sum(len(r.value or b"") for r in self.records)
 
 
 @dataclass(frozen=True)
@@ -99,19 +105,24 @@ def _text(value: object, what: str, *, nullable: bool = False) -> bytes | None:
     return value.encode()
 
 
-def _records(records: list[Any], where: str) -> tuple[Record, ...]:
-    """The records of a JSON list. The common record, ``{"value": "<text>"}``, takes the short way;
-    the place of a bad record is formatted only when it is reported."""
+def _records(records: list[Any], where: str) -> tuple[tuple[Record, ...], int]:
+    """The records of a JSON list and their values' total length. The common record,
+    ``{"value": "<text>"}``, takes the short way (the named tuple made without its Python-level
+    constructor); the place of a bad record is formatted only when it is reported."""
     out: list[Record] = []
-    append = out.append
+    append, new, size = out.append, tuple.__new__, 0
     for i, obj in enumerate(records):
         if type(obj) is dict and len(obj) == 1:
             value = obj.get("value")
             if type(value) is str:
-                append(Record(value.encode()))
+                encoded = value.encode()
+                size += len(encoded)
+                append(new(Record, (encoded, None, ())))
                 continue
-        append(_record(obj, f"{where}[{i}]"))
-    return tuple(out)
+        record = _record(obj, f"{where}[{i}]")
+        size += len(record.value or b"")
+        append(record)
+    return tuple(out), size
 
 
 def _record(obj: object, where: str) -> Record:
@@ -136,7 +147,8 @@ def _chunk(obj: object, where: str) -> Chunk:
     records = obj.get("records")
     if not isinstance(records, list) or not 0 < len(records) <= MAX_RECORDS:
         raise InvalidRequest(f"{where}.records must be a list of 1 to {MAX_RECORDS} records")
-    return Chunk(_seqno(obj["seqno"]), _records(records, f"{where}.records"))
+    parsed, size = _records(records, f"{where}.records")
+    return Chunk(_seqno(obj["seqno"]), parsed, size)
 
 
 def _meta(obj: object) -> Meta:
@@ -182,7 +194,8 @@ def parse_raw(topic: str, query: Mapping[str, str], body: bytes) -> WriteRequest
     if not 0 < len(lines) <= MAX_RECORDS:
         raise InvalidRequest(f"a raw body must hold 1 to {MAX_RECORDS} lines")
     meta = Meta(query.get("host", ""), query.get("file", ""), query.get("logType", ""))
-    chunk = Chunk(seqno, tuple(Record(line) for line in lines))
+    new = tuple.__new__
+    chunk = Chunk(seqno, tuple([new(Record, (line, None, ())) for line in lines]), len(body) - body.count(b"\n"))
     return WriteRequest(check_topic(topic), check_source_id(query.get("sourceId")), (chunk,), meta, len(body))
 
 
@@ -197,4 +210,4 @@ def parse_records_json(body: bytes) -> tuple[tuple[Record, ...], Meta]:
     records = obj.get("records")
     if not isinstance(records, list) or not 0 < len(records) <= MAX_RECORDS:
         raise InvalidRequest(f"'records' must be a list of 1 to {MAX_RECORDS} records")
-    return _records(records, "records"), _meta(obj.get("meta"))
+    return _records(records, "records")[0], _meta(obj.get("meta"))

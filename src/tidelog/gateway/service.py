@@ -245,5 +245,5 @@ class Gateway:
         self._chunks.inc((result.topic, "written"), len(written))
         self._chunks.inc((result.topic, "duplicate"), len(result.chunks) - len(written))
         self._records.inc(topic, sum(c.records for c in written))
-        self._bytes.inc(topic, sum(len(r.value or b"") for chunk, answer in zip(request.chunks, result.chunks, strict=True)
-                                   if answer.written for r in chunk.records))
+        self._bytes.inc(topic, sum(chunk.size() for chunk, answer in zip(request.chunks, result.chunks, strict=True)
+                                   if answer.written))
