@@ -28,6 +28,15 @@ def gateway_section(url: str, extra: str = "") -> str:
     return f'[gateway]\nurl = "{url}"\npositions.save.interval.ms = 2000\n{extra}'
 
 
+def agent_config(tmp_path: Path, topic: str, logs: Path, gateway: str) -> Path:
+    """A quick agent (state in ``tmp_path/state``) shipping ``logs/*.log`` to ``topic`` through ``gateway``."""
+    config = tmp_path / "agent.toml"
+    config.write_text(f'[agent]\nid = "{topic}"\nhost = "h1"\ntransaction.interval.ms = 100\n'
+                      f'poll.interval.ms = 20\nrotate.wait.ms = 300\nstate.dir = "{tmp_path / "state"}"\n'
+                      f'{gateway}\n[[files]]\npaths = ["{logs}/*.log"]\ntopic = "{topic}"\n')
+    return config
+
+
 def test_a_refused_token_and_a_missing_topic_stop_the_agent_with_the_gateways_message(
     agent_gateway_broker: BrokerProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -77,11 +86,7 @@ def test_lines_spooled_during_a_gateway_outage_survive_a_kill_and_a_deleted_file
     broker = agent_gateway_broker
     with GatewayProcess(tmp_path / "gw", broker.bootstrap) as gateway:
         topic = create_topic(broker.bootstrap, unique_topic("spool"), 1)
-        config = tmp_path / "agent.toml"
-        config.write_text(f'[agent]\nid = "{topic}"\nhost = "h1"\ntransaction.interval.ms = 100\n'
-                          f'poll.interval.ms = 20\nrotate.wait.ms = 300\nstate.dir = "{tmp_path / "state"}"\n'
-                          f'{gateway_section(gateway.url, "request.timeout.ms = 3000")}\n'
-                          f'[[files]]\npaths = ["{logs}/*.log"]\ntopic = "{topic}"\n')
+        config = agent_config(tmp_path, topic, logs, gateway_section(gateway.url, "request.timeout.ms = 3000"))
         agent = AgentRun(config, tmp_path / "agent.log")
         reader = Reader(broker.bootstrap, topic, partitions=1)
         writer = Writer(app)
@@ -128,11 +133,7 @@ def test_a_positions_file_the_disk_refuses_holds_new_generations_back_and_loses_
     broker = agent_gateway_broker
     with GatewayProcess(tmp_path / "gw", broker.bootstrap) as gateway:
         topic = create_topic(broker.bootstrap, unique_topic("refused"), 1)
-        config = tmp_path / "agent.toml"
-        config.write_text(f'[agent]\nid = "{topic}"\nhost = "h1"\ntransaction.interval.ms = 100\n'
-                          f'poll.interval.ms = 20\nrotate.wait.ms = 300\nstate.dir = "{state}"\n'
-                          f'{gateway_section(gateway.url)}\n'
-                          f'[[files]]\npaths = ["{logs}/*.log"]\ntopic = "{topic}"\n')
+        config = agent_config(tmp_path, topic, logs, gateway_section(gateway.url))
         agent = AgentRun(config, tmp_path / "agent.log")
         reader = Reader(broker.bootstrap, topic, partitions=1)
         writer = Writer(app)

@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from helpers.broker_process import GROUP_TEST_BROKER, REPO_ROOT, BrokerProcess, module_broker, wait_until
 from helpers.clients import FAST_CLIENT, consume, create_topic, producer, unique_topic
+from helpers.flaky_handler import FlakyHandler
 from helpers.ledger import check_exactly_once
 from tidelog.clients import ConsumedRecord, HandlerError, LogConsumer, OutputRecord
 from tidelog.common.errors import ConfigError
@@ -83,21 +84,8 @@ def test_out_of_order_finishes_commit_only_the_done_prefix_and_every_record_is_h
 ) -> None:
     bootstrap = group_broker.bootstrap
     sent = fill(bootstrap, topic_in, 3000)
-    handled: list[tuple[bytes, int]] = []
-    lock = threading.Lock()
-    failed: dict[tuple[str, int, int], int] = {}
-    rng = random.Random(7)
-
-    def handler(record: ConsumedRecord) -> None:
-        time.sleep(rng.random() * 0.002)
-        with lock:
-            failing = rng.random() < 0.05 and failed.get((record.topic, record.partition, record.offset), 0) < 2  # within the 3 retries
-            if failing:
-                failed[(record.topic, record.partition, record.offset)] = failed.get((record.topic, record.partition, record.offset), 0) + 1
-            else:
-                handled.append((record.key or b"", int(record.value or b"-1")))
-        if failing:
-            raise RuntimeError("flaky downstream")  # retried
+    handler = FlakyHandler(seed=7)
+    handled = handler.handled
 
     group = unique_topic("g")
     lc = LogConsumer(consumer_config(bootstrap, group), [topic_in], handler, workers=4, retry_backoff_ms=1)
