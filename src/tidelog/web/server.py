@@ -174,6 +174,7 @@ async def _serve_uvicorn(app: ASGIApp, listener: ListenerConfig, stop: asyncio.E
                             timeout_graceful_shutdown=max(1, round(listener.graceful_timeout_s)),
                             server_header=False, **tls)  # type: ignore[arg-type]
     server = _Uvicorn(config)
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # our own line says where it listens
 
     async def stop_on_event() -> None:
         await stop.wait()
