@@ -54,9 +54,9 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
+from tidelog.broker.keyed_locks import KeyedLocks
 from tidelog.broker.txn_markers import RETRY_BACKOFF_S, Marker, MarkerChannel, MarkerWriter, TxnHost, durable
 from tidelog.common.errors import ErrorCode, KafkaError
-from tidelog.common.keyed_locks import KeyedLocks
 from tidelog.coordinator.messages import OffsetCommit, PartitionErrors
 from tidelog.coordinator.records import OffsetCommitKey, OffsetCommitRecord, partition_for
 from tidelog.coordinator.records import encode_key as encode_offset_key

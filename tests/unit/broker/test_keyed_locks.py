@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tidelog.common.keyed_locks import KeyedLocks
+from tidelog.broker.keyed_locks import KeyedLocks
 
 
 def test_one_keys_holders_run_in_turn_and_other_keys_alongside() -> None:
