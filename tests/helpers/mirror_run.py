@@ -92,14 +92,17 @@ class MirrorProcess:
                                             env=env)
         return self
 
+    def _started_link(self) -> bool:
+        with self.log.open("rb") as f:
+            f.seek(self._log_from)
+            return b"tidelog.mirror.copier: mirror link" in f.read()
+
     def wait_started(self, timeout: float = 60.0) -> None:
         """Until this start has logged that it runs the link (past imports and topic sync)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            with self.log.open("rb") as f:
-                f.seek(self._log_from)
-                if b"tidelog.mirror.copier: mirror link" in f.read():
-                    return
+            if self._started_link():
+                return
             assert self.running(), f"mirror exited:\n{self.tail()}"
             time.sleep(0.1)
         raise AssertionError(f"mirror did not start in {timeout} s:\n{self.tail()}")
@@ -121,6 +124,11 @@ class MirrorProcess:
     def stop(self, timeout: float = 20.0) -> int:
         assert self.process is not None
         if self.process.poll() is None:
+            # A mirror just started has no SIGTERM handler until past its imports: a signal then kills it
+            # (exit -15, ci2's rerun). Stop it once it runs the link, as an operator would see it.
+            deadline = time.monotonic() + timeout
+            while self.running() and not self._started_link() and time.monotonic() < deadline:
+                time.sleep(0.1)
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout)
