@@ -472,10 +472,15 @@ class Server:
             task.cancel()
         if self._connections:
             await asyncio.wait(list(self._connections), timeout=1.0)
-        for server in self._servers:
-            await server.wait_closed()
-        for acceptor in self._acceptors:
-            await acceptor.wait_closed()
+        # Bounded: a listener's wait_closed waits for every transport it made to be closed, and one the
+        # cancelled tasks did not close (a connection accepted as the listener closed) would keep a
+        # SIGTERMed broker running forever (ci3: "broker did not exit within 15 s of signal 15").
+        waits = [server.wait_closed() for server in self._servers] + [a.wait_closed() for a in self._acceptors]
+        for closing in waits:
+            try:
+                await asyncio.wait_for(closing, 2.0)
+            except TimeoutError:
+                log.warning("a listener still had connections 2 s after closing; stopping without them")
 
 
 def _int(value: object) -> int:
