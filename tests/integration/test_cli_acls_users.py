@@ -224,7 +224,9 @@ def test_hash_password_makes_a_plain_users_file_line_the_broker_accepts(
     assert not login_works(cluster, user, "plain-pw", "PLAIN")
     with (cluster.workdir / "users").open("a") as users_file:
         users_file.write(line)
-    assert login_works(cluster, user, "plain-pw", "PLAIN")  # the broker re-reads the file when it changes
+    # The broker re-reads the file when it changes; a login may time out on a loaded machine (3 s each).
+    wait_until(lambda: login_works(cluster, user, "plain-pw", "PLAIN"), timeout=20, interval=0.5,
+               message="a login with the new PLAIN user")
     assert not login_works(cluster, user, "other", "PLAIN")
     assert main(["users", "hash-password", "a b", "--password", "x"]) == 2
 
