@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from tidelog.web.cert_principal import PrincipalMapper
 
 ANONYMOUS = "User:ANONYMOUS"
+NEED_TOKEN = "a valid 'Authorization: Bearer TOKEN' header is required"
 
 
 class TokenFileError(ValueError):
@@ -82,20 +83,19 @@ class BearerAuth:
             if name == b"authorization":
                 scheme, _, token = value.partition(b" ")
                 if scheme.lower() != b"bearer":
-                    return None, "a valid 'Authorization: Bearer TOKEN' header is required"
+                    return None, NEED_TOKEN
                 found = None
                 for known, principal in self.tokens:  # every token compared: no early exit to time
                     if hmac.compare_digest(known, token.strip()):
                         found = principal
-                return found, "a valid 'Authorization: Bearer TOKEN' header is required"
-        subject = client_cert_name(scope) if self.certificates is not None else None
-        if subject is not None and self.certificates is not None:
+                return found, NEED_TOKEN
+        if self.certificates is not None and (subject := client_cert_name(scope)) is not None:
             mapped = self.certificates.principal(subject)
             return mapped, f"no ssl.principal.mapping.rules rule maps the client certificate {subject!r}"
         if not self.require:
             return ANONYMOUS, ""
-        return None, "a valid 'Authorization: Bearer TOKEN' header or client certificate is required" \
-            if self.certificates is not None else "a valid 'Authorization: Bearer TOKEN' header is required"
+        return None, NEED_TOKEN if self.certificates is None else \
+            "a valid 'Authorization: Bearer TOKEN' header or client certificate is required"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self.open_paths:
